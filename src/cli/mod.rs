@@ -1,0 +1,569 @@
+//! Argument parsing and command dispatch for `strata`.
+
+mod render;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use strata::commit::{commit, CommitOptions, CommitSummary, Progress, Scope};
+use strata::compose::GenView;
+use strata::error::{Error, ErrorKind, Result};
+use strata::failpoint::FailPoints;
+use strata::format::record::State;
+use strata::index::GenIndex;
+use strata::row::{normalize, Kind, Row};
+use strata::storage::LocalStorage;
+use strata::store::{default_location, Store};
+use strata::verify::{verify, Selection};
+
+#[derive(Parser)]
+#[command(
+    name = "strata",
+    version,
+    about = "Versioned, verifiable file-tree generations"
+)]
+struct Cli {
+    /// Store location (default: $STRATA_STORE, $XDG_DATA_HOME/strata, ~/.local/share/strata)
+    #[arg(long, global = true, value_name = "PATH")]
+    store: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create a store (idempotent)
+    Init,
+    /// Commit a directory as the next generation of a set
+    Commit(CommitArgs),
+    /// List the generations of a set
+    Log(LogArgs),
+    /// List a directory (or show one entry) of a generation
+    Ls(LsArgs),
+    /// Write a file of a generation to stdout, verified
+    Cat(CatArgs),
+    /// Paths added, removed and changed between two generations
+    Diff(DiffArgs),
+    /// Re-hash everything reachable; exit 1 listing each problem
+    Verify(VerifyArgs),
+    /// List the sets of the store
+    Sets(JsonArg),
+}
+
+#[derive(Args)]
+struct JsonArg {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct CommitArgs {
+    #[arg(long)]
+    set: String,
+    #[arg(long, short)]
+    message: Option<String>,
+    /// Observe only this subtree (repeatable); everything else is inherited
+    #[arg(long, value_name = "P")]
+    prefix: Vec<OsString>,
+    /// Observe only the paths listed in FILE (newline- or NUL-separated)
+    #[arg(long, value_name = "FILE")]
+    paths_from: Option<PathBuf>,
+    /// Write a full base instead of a delta
+    #[arg(long)]
+    base: bool,
+    /// Wait for a concurrent commit to the same set instead of failing
+    #[arg(long)]
+    wait: bool,
+    /// Record unreadable or vanishing paths as skipped instead of failing
+    #[arg(long)]
+    skip_unreadable: bool,
+    #[arg(long)]
+    json: bool,
+    dir: PathBuf,
+}
+
+#[derive(Args)]
+struct LogArgs {
+    #[arg(long)]
+    set: String,
+    /// Include PREPARED (never committed) and RETIRED generations
+    #[arg(long)]
+    all: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct LsArgs {
+    #[arg(long)]
+    set: String,
+    #[arg(long)]
+    gen: Option<u64>,
+    #[arg(long)]
+    json: bool,
+    path: Option<OsString>,
+}
+
+#[derive(Args)]
+struct CatArgs {
+    #[arg(long)]
+    set: String,
+    #[arg(long)]
+    gen: Option<u64>,
+    path: OsString,
+}
+
+#[derive(Args)]
+struct DiffArgs {
+    #[arg(long)]
+    set: String,
+    a: u64,
+    b: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    #[arg(long)]
+    set: Option<String>,
+    #[arg(long, conflicts_with = "all")]
+    gen: Option<u64>,
+    #[arg(long)]
+    all: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Exit codes (docs/CLI in README): 0 ok, 1 verify found problems,
+/// 2 invalid input, 3 corrupt data, 4 conflict/busy, 5 unavailable, 70 internal.
+fn exit_code(kind: ErrorKind) -> i32 {
+    match kind {
+        ErrorKind::InvalidInput => 2,
+        ErrorKind::Corrupt => 3,
+        ErrorKind::Conflict => 4,
+        ErrorKind::Unavailable => 5,
+        ErrorKind::Internal => 70,
+    }
+}
+
+pub(crate) fn run() -> i32 {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("strata: error: {}", strata::cli_chain(&e));
+            exit_code(e.kind())
+        }
+    }
+}
+
+fn failpoints() -> Result<FailPoints> {
+    match std::env::var("STRATA_FAILPOINTS") {
+        Ok(spec) => FailPoints::parse(&spec),
+        Err(_) => Ok(FailPoints::none()),
+    }
+}
+
+fn store_path(cli_store: &Option<PathBuf>) -> Result<PathBuf> {
+    match cli_store {
+        Some(p) => Ok(p.clone()),
+        None => default_location(),
+    }
+}
+
+fn open(cli_store: &Option<PathBuf>) -> Result<Store> {
+    let path = store_path(cli_store)?;
+    Ok(Store::open(Arc::new(LocalStorage::new(path)))?.with_failpoints(failpoints()?))
+}
+
+fn dispatch(cli: Cli) -> Result<i32> {
+    match cli.cmd {
+        Cmd::Init => init(&cli.store),
+        Cmd::Commit(a) => cmd_commit(&open(&cli.store)?, a),
+        Cmd::Log(a) => log(&open(&cli.store)?, a),
+        Cmd::Ls(a) => ls(&open(&cli.store)?, a),
+        Cmd::Cat(a) => cat(&open(&cli.store)?, a),
+        Cmd::Diff(a) => diff(&open(&cli.store)?, a),
+        Cmd::Verify(a) => cmd_verify(&open(&cli.store)?, a),
+        Cmd::Sets(a) => sets(&open(&cli.store)?, a),
+    }
+}
+
+fn print_json<T: Serialize>(v: &T) -> Result<i32> {
+    let s = serde_json::to_string_pretty(v).map_err(|e| Error::Internal(e.to_string()))?;
+    println!("{s}");
+    Ok(0)
+}
+
+fn init(cli_store: &Option<PathBuf>) -> Result<i32> {
+    let path = store_path(cli_store)?;
+    std::fs::create_dir_all(&path).map_err(|e| Error::io("mkdir", &path, e))?;
+    let (_, created) = Store::init(Arc::new(LocalStorage::new(&path)))?;
+    let verb = if created {
+        "initialized"
+    } else {
+        "already initialized"
+    };
+    println!("store {verb}: {}", path.display());
+    Ok(0)
+}
+
+fn read_paths_file(path: &PathBuf) -> Result<Vec<Vec<u8>>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
+    let sep = if bytes.contains(&0) { 0 } else { b'\n' };
+    Ok(bytes
+        .split(|&b| b == sep)
+        .filter(|l| !l.is_empty())
+        .map(|l| l.to_vec())
+        .collect())
+}
+
+fn scope(a: &CommitArgs) -> Result<Scope> {
+    if a.prefix.is_empty() && a.paths_from.is_none() {
+        return Ok(Scope::Whole);
+    }
+    let mut paths: Vec<Vec<u8>> = a.prefix.iter().map(|p| p.as_bytes().to_vec()).collect();
+    if let Some(f) = &a.paths_from {
+        paths.extend(read_paths_file(f)?);
+    }
+    if paths.is_empty() {
+        return Err(Error::Invalid("--paths-from lists no path".into()));
+    }
+    Scope::from_paths(&paths)
+}
+
+fn cmd_commit(store: &Store, a: CommitArgs) -> Result<i32> {
+    let mut opts = CommitOptions::new(&a.set, &a.dir);
+    opts.scope = scope(&a)?;
+    opts.message = a.message.clone();
+    opts.force_base = a.base;
+    opts.wait = a.wait;
+    opts.skip_unreadable = a.skip_unreadable;
+    let progress = Arc::new(Progress::default());
+    let bar =
+        (!a.json && std::io::stderr().is_terminal()).then(|| spawn_progress(progress.clone()));
+    let result = commit(store, &opts, progress);
+    if let Some((stop, handle)) = bar {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = handle.join();
+    }
+    let summary = result?;
+    if a.json {
+        return print_json(&summary);
+    }
+    print_commit(&summary);
+    Ok(0)
+}
+
+type ProgressHandle = (
+    Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+);
+
+fn spawn_progress(p: Arc<Progress>) -> ProgressHandle {
+    use std::sync::atomic::Ordering::Relaxed;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let handle = std::thread::spawn(move || {
+        let bar = indicatif::ProgressBar::new_spinner();
+        while !s.load(Relaxed) {
+            bar.set_message(format!(
+                "walked {} entries, hashed {} files ({})",
+                p.walked.load(Relaxed),
+                p.hashed_files.load(Relaxed),
+                render::bytes(p.hashed_bytes.load(Relaxed))
+            ));
+            bar.tick();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+    });
+    (stop, handle)
+}
+
+fn print_commit(s: &CommitSummary) {
+    let secs = s.duration_ms as f64 / 1000.0;
+    match s.generation {
+        Some(g) => println!(
+            "set {}: generation {g} committed as {} in {secs:.2} s",
+            s.set,
+            s.representation.as_deref().unwrap_or("?")
+        ),
+        None => println!(
+            "set {}: no changes since generation {}; nothing published ({secs:.2} s)",
+            s.set,
+            s.parent.map_or("-".into(), |p| p.to_string())
+        ),
+    }
+    let c = &s.changes;
+    println!(
+        "  added {}, changed {}, removed {}, unchanged {}",
+        c.added, c.changed, c.removed, c.unchanged
+    );
+    println!(
+        "  walked {} entries, hashed {} files ({}), stored {} new",
+        s.walked,
+        s.hashed_files,
+        render::bytes(s.hashed_bytes),
+        render::bytes(s.new_bytes)
+    );
+    if s.skipped_special > 0 {
+        eprintln!(
+            "strata: warning: skipped {} special file(s) (fifo, socket, device)",
+            s.skipped_special
+        );
+        for w in &s.warnings {
+            eprintln!("  {w}");
+        }
+    }
+    for p in &s.skipped_unreadable {
+        eprintln!("strata: warning: skipped unreadable: {p}");
+    }
+}
+
+#[derive(Serialize)]
+struct LogEntry {
+    generation: u64,
+    state: &'static str,
+    representation: &'static str,
+    base: Option<u64>,
+    identity: String,
+    files: u64,
+    bytes: u64,
+    committed_ns: Option<i64>,
+    message: Option<String>,
+}
+
+fn log(store: &Store, a: LogArgs) -> Result<i32> {
+    strata::store::check_set_name(&a.set)?;
+    let records = GenIndex::new(store, &a.set).all()?;
+    if records.is_empty() {
+        return Err(Error::NotFound {
+            what: "set",
+            name: a.set,
+        });
+    }
+    let entries: Vec<LogEntry> = records
+        .into_values()
+        .rev()
+        .filter(|r| a.all || r.state == State::Committed)
+        .map(|r| {
+            let rep = r.read_rep().or(r.representations.first()).cloned();
+            LogEntry {
+                generation: r.generation,
+                state: r.state.label(),
+                representation: rep.as_ref().map_or("-", |p| p.kind.label()),
+                base: rep.as_ref().and_then(|p| p.base).or(Some(r.generation)),
+                identity: r.identity,
+                files: r.files,
+                bytes: r.bytes,
+                committed_ns: r.committed_ns,
+                message: r.message,
+            }
+        })
+        .collect();
+    if a.json {
+        return print_json(&entries);
+    }
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.generation.to_string(),
+                e.state.to_string(),
+                e.representation.to_string(),
+                e.base.map_or("-".into(), |b| b.to_string()),
+                e.files.to_string(),
+                render::bytes(e.bytes),
+                e.committed_ns.map_or("-".into(), render::time),
+                e.identity[..12.min(e.identity.len())].to_string(),
+                e.message.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        render::table(
+            &[
+                "GEN",
+                "STATE",
+                "REP",
+                "BASE",
+                "FILES",
+                "BYTES",
+                "COMMITTED (UTC)",
+                "IDENTITY",
+                "MESSAGE"
+            ],
+            &rows
+        )
+    );
+    Ok(0)
+}
+
+#[derive(Serialize)]
+struct LsEntry {
+    name: String,
+    name_hex: String,
+    kind: &'static str,
+    mode: String,
+    size: u64,
+    mtime_ns: i64,
+    digest: Option<String>,
+    target: Option<String>,
+    changed_gen: u64,
+}
+
+fn ls_entry(r: &Row) -> LsEntry {
+    LsEntry {
+        name: strata::row::show(&r.name),
+        name_hex: hex::encode(&r.name),
+        kind: r.kind.label(),
+        mode: format!("{:04o}", r.mode),
+        size: r.size,
+        mtime_ns: r.mtime_ns,
+        digest: r.digest.map(hex::encode),
+        target: r.target.as_deref().map(strata::row::show),
+        changed_gen: r.changed_gen,
+    }
+}
+
+fn ls(store: &Store, a: LsArgs) -> Result<i32> {
+    let view = GenView::open(store, &a.set, a.gen, "ls")?;
+    let path = normalize(a.path.as_ref().map_or(&b""[..], |p| p.as_bytes()))?;
+    let row = view.lookup(&path)?.ok_or_else(|| Error::NotFound {
+        what: "path",
+        name: strata::row::show(&path),
+    })?;
+    let rows = if row.kind == Kind::Dir {
+        view.list_dir(&path)?
+    } else {
+        vec![row]
+    };
+    if a.json {
+        return print_json(&rows.iter().map(ls_entry).collect::<Vec<_>>());
+    }
+    let mut out = std::io::stdout().lock();
+    for r in &rows {
+        let mut name = strata::row::show(&r.name);
+        if let Some(t) = &r.target {
+            name = format!("{name} -> {}", strata::row::show(t));
+        }
+        let _ = writeln!(
+            out,
+            "{} {:>12} {} {}",
+            render::mode(r),
+            r.size,
+            render::time(r.mtime_ns),
+            name
+        );
+    }
+    Ok(0)
+}
+
+fn cat(store: &Store, a: CatArgs) -> Result<i32> {
+    let view = GenView::open(store, &a.set, a.gen, "cat")?;
+    let path = normalize(a.path.as_bytes())?;
+    let row = view.lookup(&path)?.ok_or_else(|| Error::NotFound {
+        what: "path",
+        name: strata::row::show(&path),
+    })?;
+    if row.kind != Kind::File {
+        return Err(Error::Invalid(format!(
+            "not a file: path=`{}` kind={}",
+            strata::row::show(&path),
+            row.kind.label()
+        )));
+    }
+    let mut out = std::io::stdout().lock();
+    strata::blob::copy_to(store, &row, &mut out)?;
+    out.flush().map_err(|e| Error::io("write", "stdout", e))?;
+    Ok(0)
+}
+
+fn diff(store: &Store, a: DiffArgs) -> Result<i32> {
+    let va = GenView::open(store, &a.set, Some(a.a), "diff")?;
+    let vb = GenView::open(store, &a.set, Some(a.b), "diff")?;
+    let entries = strata::diff::diff(&va, &vb)?;
+    if a.json {
+        return print_json(&entries);
+    }
+    let mut out = std::io::stdout().lock();
+    for e in &entries {
+        let c = match e.change {
+            strata::diff::Change::Added => 'A',
+            strata::diff::Change::Removed => 'D',
+            strata::diff::Change::Changed => 'M',
+        };
+        let _ = writeln!(out, "{c} {}", e.path);
+    }
+    Ok(0)
+}
+
+fn cmd_verify(store: &Store, a: VerifyArgs) -> Result<i32> {
+    let sets = match a.set {
+        Some(s) => vec![s],
+        None => store.sets()?,
+    };
+    let sel = match (a.gen, a.all) {
+        (Some(g), _) => Selection::One(g),
+        (None, true) => Selection::All,
+        (None, false) => Selection::Latest,
+    };
+    let report = verify(store, &sets, sel)?;
+    let code = i32::from(!report.problems.is_empty());
+    if a.json {
+        print_json(&report)?;
+        return Ok(code);
+    }
+    println!(
+        "verified {} generation(s): {} manifests, {} segments, {} packs, {} blobs, {} rows",
+        report.generations.len(),
+        report.manifests,
+        report.segments,
+        report.packs,
+        report.blobs,
+        report.rows
+    );
+    for p in &report.problems {
+        println!("PROBLEM {p}");
+    }
+    if code == 0 {
+        println!("ok");
+    }
+    Ok(code)
+}
+
+fn sets(store: &Store, a: JsonArg) -> Result<i32> {
+    let mut rows = Vec::new();
+    for s in store.sets()? {
+        let latest = GenIndex::new(store, &s).latest()?;
+        rows.push((s, latest.map(|r| (r.generation, r.files, r.bytes))));
+    }
+    if a.json {
+        let v: Vec<_> = rows.iter().map(|(s, l)| serde_json::json!({"set": s, "latest": l.map(|x| x.0), "files": l.map(|x| x.1), "bytes": l.map(|x| x.2)})).collect();
+        return print_json(&v);
+    }
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(s, l)| {
+            vec![
+                s.clone(),
+                l.map_or("-".into(), |x| x.0.to_string()),
+                l.map_or("-".into(), |x| x.1.to_string()),
+                l.map_or("-".into(), |x| render::bytes(x.2)),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        render::table(&["SET", "LATEST", "FILES", "BYTES"], &table)
+    );
+    Ok(0)
+}

@@ -1,0 +1,364 @@
+//! Ingest: turns walk events into durable blobs and journal records.
+//!
+//! Files are read and hashed (BLAKE3) on a worker pool; a file that changes
+//! while read (fstat before/after differs) is retried, then reported. Small
+//! content goes into pack files (one zstd frame per blob when that saves
+//! space), large content into standalone raw files. A single sink thread owns
+//! the journal and the open pack, so journal records of packed blobs are
+//! written only once their pack is sealed and in its final name.
+
+use super::walk::stat_row;
+use super::{Progress, Staging};
+use crate::error::{Error, IoContext, Result};
+use crate::format::journal::JournalWriter;
+use crate::format::pack::{PackWriter, PACK_TARGET_BYTES};
+use crate::row::{BlobLoc, Codec, Kind, Row};
+use crate::storage::PutOutcome;
+use crate::store::{keys, Store};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Files at least this large are stored as standalone raw blobs.
+pub const STANDALONE_MIN: u64 = 1 << 20;
+/// Attempts to read a file that keeps changing underneath.
+const READ_ATTEMPTS: usize = 3;
+/// zstd level for packed blobs.
+const ZSTD_LEVEL: i32 = 3;
+const COPY_CHUNK: usize = 4 << 20;
+
+/// Content lookup of the parent generation for deduplication.
+pub(crate) type DedupIndex = HashMap<[u8; 32], BlobLoc>;
+
+pub(crate) enum SinkMsg {
+    Journal(Row),
+    Packed {
+        row: Row,
+        codec: Codec,
+        frame: Vec<u8>,
+    },
+    Standalone {
+        row: Row,
+        staged: PathBuf,
+    },
+    Problem(String),
+}
+
+/// What the sink hands back when the walk is done.
+pub(crate) struct SinkOutput {
+    pub journal: JournalWriter,
+    pub problems: Vec<String>,
+}
+
+struct Sink {
+    store: Store,
+    staging: PathBuf,
+    journal: JournalWriter,
+    pack: Option<PackWriter>,
+    pending: Vec<Row>,
+    stored: HashMap<[u8; 32], BlobLoc>,
+    problems: Vec<String>,
+    progress: Arc<Progress>,
+}
+
+impl Sink {
+    fn handle(&mut self, msg: SinkMsg) -> Result<()> {
+        match msg {
+            SinkMsg::Journal(row) => self.journal.append(&row),
+            SinkMsg::Packed { row, codec, frame } => self.packed(row, codec, frame),
+            SinkMsg::Standalone { row, staged } => self.standalone(row, &staged),
+            SinkMsg::Problem(p) => {
+                self.problems.push(p);
+                Ok(())
+            }
+        }
+    }
+
+    fn packed(&mut self, mut row: Row, codec: Codec, frame: Vec<u8>) -> Result<()> {
+        let digest = row.digest.expect("hashed row");
+        if let Some(loc) = self.stored.get(&digest) {
+            row.blob = *loc;
+            return self.journal.append(&row);
+        }
+        if self.pack.is_none() {
+            self.pack = Some(PackWriter::create(&self.staging)?);
+        }
+        let pack = self.pack.as_mut().expect("created above");
+        let offset = pack.append(digest, codec, row.size, &frame)?;
+        self.progress
+            .stored_bytes
+            .fetch_add(frame.len() as u64, Ordering::Relaxed);
+        row.blob = BlobLoc::Packed {
+            pack: [0; 32],
+            offset,
+            len: frame.len() as u64,
+            codec,
+        };
+        self.pending.push(row);
+        if pack.len() >= PACK_TARGET_BYTES {
+            self.seal_pack()?;
+        }
+        Ok(())
+    }
+
+    /// Seal the open pack, move it to its final name, journal its rows.
+    fn seal_pack(&mut self) -> Result<()> {
+        let Some(pack) = self.pack.take() else {
+            return Ok(());
+        };
+        let sealed = pack.seal()?;
+        self.store
+            .storage()
+            .put_file_if_absent(&keys::pack(&sealed.name), &sealed.path)?;
+        for mut row in std::mem::take(&mut self.pending) {
+            if let BlobLoc::Packed { pack, .. } = &mut row.blob {
+                *pack = sealed.digest;
+            }
+            self.stored
+                .insert(row.digest.expect("hashed row"), row.blob);
+            self.journal.append(&row)?;
+        }
+        Ok(())
+    }
+
+    fn standalone(&mut self, mut row: Row, staged: &Path) -> Result<()> {
+        let name = hex::encode(row.digest.expect("hashed row"));
+        if self
+            .store
+            .storage()
+            .put_file_if_absent(&keys::blob(&name), staged)?
+            == PutOutcome::Created
+        {
+            self.progress
+                .stored_bytes
+                .fetch_add(row.size, Ordering::Relaxed);
+        }
+        row.blob = BlobLoc::Standalone;
+        self.journal.append(&row)
+    }
+}
+
+/// Start the sink thread; it runs until every sender is dropped.
+pub(crate) fn spawn_sink(
+    store: &Store,
+    staging: &Staging,
+    journal: JournalWriter,
+    progress: Arc<Progress>,
+) -> (Sender<SinkMsg>, std::thread::JoinHandle<Result<SinkOutput>>) {
+    let (tx, rx) = bounded::<SinkMsg>(64);
+    let mut sink = Sink {
+        store: store.clone(),
+        staging: staging.dir.clone(),
+        journal,
+        pack: None,
+        pending: Vec::new(),
+        stored: HashMap::new(),
+        problems: Vec::new(),
+        progress,
+    };
+    let handle = std::thread::Builder::new()
+        .name("strata-sink".into())
+        .spawn(move || {
+            run_sink(&mut sink, rx).map(|()| SinkOutput {
+                journal: sink.journal,
+                problems: sink.problems,
+            })
+        });
+    (tx, handle.expect("spawn sink thread"))
+}
+
+fn run_sink(sink: &mut Sink, rx: Receiver<SinkMsg>) -> Result<()> {
+    let mut first_err = None;
+    for msg in rx {
+        if first_err.is_none() {
+            if let Err(e) = sink.handle(msg) {
+                first_err = Some(e);
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => sink.seal_pack(),
+    }
+}
+
+/// Read, hash and stage one file; retried while it changes underneath.
+pub(crate) fn hash_job(
+    job: HashJob,
+    staging: &Path,
+    dedup: &DedupIndex,
+    progress: &Progress,
+) -> SinkMsg {
+    let HashJob { row, abs, prev } = job;
+    let path = row.path();
+    let mut last = None;
+    for _ in 0..READ_ATTEMPTS {
+        match read_file(row.clone(), &abs, staging, dedup, prev.as_ref(), progress) {
+            Ok(Some(msg)) => return msg,
+            Ok(None) => last = Some("changed while being read".to_string()),
+            Err(e) => {
+                return SinkMsg::Problem(format!(
+                    "{}: cannot read: {}",
+                    crate::row::show(&path),
+                    chain(&e)
+                ))
+            }
+        }
+    }
+    SinkMsg::Problem(format!(
+        "{}: {} ({READ_ATTEMPTS} attempts)",
+        crate::row::show(&path),
+        last.unwrap_or_default()
+    ))
+}
+
+/// A file the walk found new or changed.
+pub(crate) struct HashJob {
+    pub row: Row,
+    pub abs: PathBuf,
+    pub prev: Option<Row>,
+}
+
+fn chain(e: &Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}
+
+fn open_nofollow(abs: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(abs)
+        .ctx("open", abs)
+}
+
+/// `Ok(None)` when the file changed between fstat before and after reading.
+fn read_file(
+    walk: Row,
+    abs: &Path,
+    staging: &Path,
+    dedup: &DedupIndex,
+    prev: Option<&Row>,
+    progress: &Progress,
+) -> Result<Option<SinkMsg>> {
+    let file = open_nofollow(abs)?;
+    let before = file.metadata().ctx("fstat", abs)?;
+    if !before.is_file() {
+        return Ok(None);
+    }
+    let mut row = stat_row(walk.parent, walk.name, &before, Kind::File);
+    row.first_gen = walk.first_gen;
+    row.changed_gen = walk.changed_gen;
+    let read = if row.size >= STANDALONE_MIN {
+        stage_large(&file, abs, &mut row, staging)?
+    } else {
+        read_small(&file, abs, &mut row, dedup, prev)?
+    };
+    let Some(msg) = read else { return Ok(None) };
+    let after = file.metadata().ctx("fstat", abs)?;
+    if stat_row(Vec::new(), Vec::new(), &after, Kind::File).ctime_ns != row.ctime_ns
+        || after.size() != row.size
+        || after.mtime_nsec() != before.mtime_nsec()
+        || after.mtime() != before.mtime()
+    {
+        if let SinkMsg::Standalone { staged, .. } = &msg {
+            let _ = std::fs::remove_file(staged);
+        }
+        return Ok(None);
+    }
+    progress.hashed_files.fetch_add(1, Ordering::Relaxed);
+    progress.hashed_bytes.fetch_add(row.size, Ordering::Relaxed);
+    Ok(Some(msg))
+}
+
+fn read_small(
+    file: &File,
+    abs: &Path,
+    row: &mut Row,
+    dedup: &DedupIndex,
+    prev: Option<&Row>,
+) -> Result<Option<SinkMsg>> {
+    let mut data = Vec::with_capacity(row.size as usize);
+    file.take(row.size + 1)
+        .read_to_end(&mut data)
+        .ctx("read", abs)?;
+    if data.len() as u64 != row.size {
+        return Ok(None);
+    }
+    let digest = *blake3::hash(&data).as_bytes();
+    row.digest = Some(digest);
+    if data.is_empty() {
+        row.blob = BlobLoc::None;
+        return Ok(Some(SinkMsg::Journal(row.clone())));
+    }
+    let known = prev
+        .filter(|p| p.digest == Some(digest) && p.blob != BlobLoc::None)
+        .map(|p| p.blob)
+        .or_else(|| dedup.get(&digest).copied());
+    if let Some(loc) = known {
+        row.blob = loc;
+        return Ok(Some(SinkMsg::Journal(row.clone())));
+    }
+    let (codec, frame) = compress(data);
+    Ok(Some(SinkMsg::Packed {
+        row: row.clone(),
+        codec,
+        frame,
+    }))
+}
+
+/// zstd frame if it is smaller than the raw bytes, else raw.
+fn compress(data: Vec<u8>) -> (Codec, Vec<u8>) {
+    if data.len() >= 64 {
+        if let Ok(z) = zstd::bulk::compress(&data, ZSTD_LEVEL) {
+            if z.len() < data.len() {
+                return (Codec::Zstd, z);
+            }
+        }
+    }
+    (Codec::Raw, data)
+}
+
+fn stage_large(file: &File, abs: &Path, row: &mut Row, staging: &Path) -> Result<Option<SinkMsg>> {
+    let staged = staging.join(format!("blob-{}.tmp", crate::token::new_token()));
+    let mut out = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&staged)
+        .ctx("create", &staged)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; COPY_CHUNK];
+    let mut total = 0u64;
+    let mut input = file;
+    loop {
+        let n = input.read(&mut buf).ctx("read", abs)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update_rayon(&buf[..n]);
+        out.write_all(&buf[..n]).ctx("write", &staged)?;
+        total += n as u64;
+    }
+    out.sync_all().ctx("fsync", &staged)?;
+    if total != row.size {
+        let _ = std::fs::remove_file(&staged);
+        return Ok(None);
+    }
+    row.digest = Some(*hasher.finalize().as_bytes());
+    Ok(Some(SinkMsg::Standalone {
+        row: row.clone(),
+        staged,
+    }))
+}

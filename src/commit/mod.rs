@@ -1,0 +1,460 @@
+//! Commit: observe a directory (or part of it) and publish what changed as
+//! the next generation of a set.
+//!
+//! Owns the commit lifecycle: per-set write lease (an OS lock; a second
+//! commit fails fast naming the holder, or waits), residue cleanup of dead
+//! attempts, staging named by an owner token, walk → ingest → sealed journal
+//! → publish. Every durability step is a [`Step`]; a process killed at any of
+//! them leaves the store at its last committed generation (invariant 7).
+
+mod ingest;
+mod walk;
+
+pub use ingest::STANDALONE_MIN;
+
+use crate::compose::GenView;
+use crate::error::{Error, Result};
+use crate::failpoint::Step;
+use crate::format::journal::{JournalHeader, JournalWriter};
+use crate::index::GenIndex;
+use crate::publish::{publish, ChangeStats, PublishInput, Published};
+use crate::row::{is_under, normalize};
+use crate::spill::SortBudget;
+use crate::storage::{Lease, LeaseState, TryLease};
+use crate::store::{check_set_name, keys, Store};
+use crossbeam_channel::bounded;
+use ingest::{hash_job, spawn_sink, DedupIndex, HashJob, SinkMsg};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+use walk::{Event, Walker};
+
+/// Hash jobs allowed in flight at once (bounds memory held by workers).
+const MAX_IN_FLIGHT: usize = 256;
+/// Parent blobs indexed for deduplication at most (about 100 bytes each).
+const DEDUP_MAX_ENTRIES: usize = 500_000;
+
+/// Which part of the tree a commit observes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    Whole,
+    /// Covered paths (each with its whole subtree); sorted, none under another.
+    Paths(Vec<Vec<u8>>),
+}
+
+impl Scope {
+    /// Normalize user paths; `""` anywhere means the whole tree.
+    pub fn from_paths(raw: &[Vec<u8>]) -> Result<Scope> {
+        let mut paths = raw
+            .iter()
+            .map(|p| normalize(p))
+            .collect::<Result<Vec<_>>>()?;
+        if paths.iter().any(|p| p.is_empty()) {
+            return Ok(Scope::Whole);
+        }
+        paths.sort();
+        paths.dedup();
+        let mut kept: Vec<Vec<u8>> = Vec::with_capacity(paths.len());
+        for p in paths {
+            if !kept.iter().any(|k| is_under(&p, k)) {
+                kept.push(p);
+            }
+        }
+        Ok(Scope::Paths(kept))
+    }
+}
+
+pub struct CommitOptions {
+    pub set: String,
+    pub dir: PathBuf,
+    pub message: Option<String>,
+    pub scope: Scope,
+    pub force_base: bool,
+    pub wait: bool,
+    pub skip_unreadable: bool,
+    pub budget: SortBudget,
+}
+
+impl CommitOptions {
+    pub fn new(set: &str, dir: &Path) -> CommitOptions {
+        CommitOptions {
+            set: set.to_string(),
+            dir: dir.to_path_buf(),
+            message: None,
+            scope: Scope::Whole,
+            force_base: false,
+            wait: false,
+            skip_unreadable: false,
+            budget: SortBudget::default(),
+        }
+    }
+}
+
+/// Live counters a progress display can poll.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub walked: AtomicU64,
+    pub hashed_files: AtomicU64,
+    pub hashed_bytes: AtomicU64,
+    pub stored_bytes: AtomicU64,
+}
+
+/// What the walk saw besides rows.
+#[derive(Debug, Default)]
+pub(crate) struct WalkStats {
+    pub entries: u64,
+    pub unchanged_files: u64,
+    pub special: u64,
+    pub warnings: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CommitSummary {
+    pub set: String,
+    pub published: bool,
+    pub generation: Option<u64>,
+    pub parent: Option<u64>,
+    pub representation: Option<String>,
+    pub identity: Option<String>,
+    #[serde(flatten)]
+    pub changes: ChangeStats,
+    pub walked: u64,
+    pub hashed_files: u64,
+    pub hashed_bytes: u64,
+    pub new_bytes: u64,
+    pub skipped_special: u64,
+    pub skipped_unreadable: Vec<String>,
+    pub warnings: Vec<String>,
+    pub duration_ms: u64,
+}
+
+/// A staging directory owned by one attempt, named by its token and held
+/// by an owner lease; removed when dropped.
+pub(crate) struct Staging {
+    pub dir: PathBuf,
+    store: Store,
+    token: String,
+    _owner: Box<dyn Lease>,
+}
+
+impl Staging {
+    fn create(store: &Store, token: &str) -> Result<Staging> {
+        let owner = match store.storage().lease(
+            &keys::staging_owner(token),
+            &format!("commit pid={}", std::process::id()),
+            false,
+        )? {
+            TryLease::Acquired(l) => l,
+            TryLease::Busy { holder } => {
+                return Err(Error::Internal(format!(
+                    "fresh staging token already held by {holder}"
+                )))
+            }
+        };
+        let dir = store.storage().scratch_dir(token)?;
+        Ok(Staging {
+            dir,
+            store: store.clone(),
+            token: token.to_string(),
+            _owner: owner,
+        })
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = self
+            .store
+            .storage()
+            .delete_dir(&format!("staging/{}", self.token));
+        let _ = self
+            .store
+            .storage()
+            .delete(&keys::staging_owner(&self.token));
+    }
+}
+
+/// Remove staging and journals of attempts whose owner lease is unheld.
+pub fn clean_residue(store: &Store, set: &str) -> Result<u64> {
+    let storage = store.storage();
+    let mut cleaned = 0;
+    for name in storage.list("staging")? {
+        let Some(token) = name.strip_suffix(".owner") else {
+            continue;
+        };
+        if storage.probe_lease(&keys::staging_owner(token))? == LeaseState::Unheld {
+            storage.delete_dir(&format!("staging/{token}"))?;
+            storage.delete(&keys::staging_owner(token))?;
+            cleaned += 1;
+        }
+    }
+    for name in storage.list(&keys::journal_dir(set))? {
+        let Some(token) = name.strip_suffix(".journal") else {
+            continue;
+        };
+        if !is_held(store, token)? {
+            storage.delete(&format!("{}/{name}", keys::journal_dir(set)))?;
+            cleaned += 1;
+        }
+    }
+    Ok(cleaned)
+}
+
+fn is_held(store: &Store, token: &str) -> Result<bool> {
+    Ok(matches!(
+        store.storage().probe_lease(&keys::staging_owner(token))?,
+        LeaseState::Held { .. }
+    ))
+}
+
+fn take_writer_lease(store: &Store, set: &str, wait: bool, token: &str) -> Result<Box<dyn Lease>> {
+    let holder = format!(
+        "commit pid={} token={token} since={}",
+        std::process::id(),
+        crate::token::now_ns()
+    );
+    match store
+        .storage()
+        .lease(&keys::writer_lease(set), &holder, wait)?
+    {
+        TryLease::Acquired(l) => Ok(l),
+        TryLease::Busy { holder } => Err(Error::Busy {
+            set: set.to_string(),
+            holder,
+        }),
+    }
+}
+
+/// Commit `opts.dir` as the next generation of `opts.set`.
+pub fn commit(
+    store: &Store,
+    opts: &CommitOptions,
+    progress: Arc<Progress>,
+) -> Result<CommitSummary> {
+    let started = Instant::now();
+    check_set_name(&opts.set)?;
+    if !opts.dir.is_dir() {
+        return Err(Error::Invalid(format!(
+            "not a directory: dir=`{}`",
+            opts.dir.display()
+        )));
+    }
+    let token = crate::token::new_token();
+    let _writer = take_writer_lease(store, &opts.set, opts.wait, &token)?;
+    clean_residue(store, &opts.set)?;
+    let parent = match GenIndex::new(store, &opts.set).latest()? {
+        Some(r) => Some(GenView::open(
+            store,
+            &opts.set,
+            Some(r.generation),
+            "commit",
+        )?),
+        None => None,
+    };
+    let generation = parent.as_ref().map_or(0, |p| p.generation()) + 1;
+    let staging = Staging::create(store, &token)?;
+    let journal_key = format!("{}/{token}.journal", keys::journal_dir(&opts.set));
+    let journal_path = store
+        .storage()
+        .local_path(&journal_key)
+        .unwrap_or_else(|| staging.dir.join("journal"));
+    let mut summary = empty_summary(opts, parent.as_ref().map(|p| p.generation()));
+    let result = observe_and_publish(
+        store,
+        opts,
+        parent.as_ref(),
+        generation,
+        &staging,
+        &journal_path,
+        &progress,
+        &mut summary,
+        &token,
+    );
+    let _ = std::fs::remove_file(&journal_path);
+    drop(staging);
+    result?;
+    store.failpoints().hit(Step::Cleaned)?;
+    summary.duration_ms = started.elapsed().as_millis() as u64;
+    Ok(summary)
+}
+
+fn empty_summary(opts: &CommitOptions, parent: Option<u64>) -> CommitSummary {
+    CommitSummary {
+        set: opts.set.clone(),
+        published: false,
+        generation: None,
+        parent,
+        representation: None,
+        identity: None,
+        changes: ChangeStats::default(),
+        walked: 0,
+        hashed_files: 0,
+        hashed_bytes: 0,
+        new_bytes: 0,
+        skipped_special: 0,
+        skipped_unreadable: Vec::new(),
+        warnings: Vec::new(),
+        duration_ms: 0,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn observe_and_publish(
+    store: &Store,
+    opts: &CommitOptions,
+    parent: Option<&GenView>,
+    generation: u64,
+    staging: &Staging,
+    journal_path: &Path,
+    progress: &Arc<Progress>,
+    summary: &mut CommitSummary,
+    token: &str,
+) -> Result<()> {
+    crate::storage::ensure_local_dir(journal_path.parent().unwrap_or(Path::new(".")))?;
+    let header = JournalHeader {
+        set: opts.set.clone(),
+        generation,
+        parent: parent.map(|p| p.generation()),
+        scope: match &opts.scope {
+            Scope::Whole => vec![String::new()],
+            Scope::Paths(p) => p.iter().map(hex::encode).collect(),
+        },
+        owner: token.to_string(),
+        created_ns: crate::token::now_ns(),
+    };
+    let journal = JournalWriter::create(journal_path, &header)?;
+    let (walk, journal) = observe(store, opts, parent, generation, staging, journal, progress)?;
+    record_walk(summary, walk, progress, opts.skip_unreadable)?;
+    store.failpoints().hit(Step::BlobsDurable)?;
+    let records = journal.count();
+    journal.seal()?;
+    store.failpoints().hit(Step::JournalSealed)?;
+    if records == 0 {
+        return Ok(());
+    }
+    let input = PublishInput {
+        store,
+        set: &opts.set,
+        generation,
+        parent,
+        force_base: opts.force_base,
+        message: opts.message.clone(),
+        owner: token,
+        staging: &staging.dir,
+        budget: opts.budget,
+    };
+    let (changes, published) = publish(&input, journal_path)?;
+    summary.changes = changes;
+    summary.new_bytes = progress
+        .stored_bytes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if let Some(p) = published {
+        fill_published(summary, p);
+    }
+    Ok(())
+}
+
+fn fill_published(summary: &mut CommitSummary, p: Published) {
+    summary.published = true;
+    summary.generation = Some(p.generation);
+    summary.representation = Some(p.representation.label().to_string());
+    summary.identity = Some(p.identity);
+}
+
+fn record_walk(
+    summary: &mut CommitSummary,
+    mut walk: WalkStats,
+    progress: &Progress,
+    skip_unreadable: bool,
+) -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    summary.walked = walk.entries;
+    summary.hashed_files = progress.hashed_files.load(Relaxed);
+    summary.hashed_bytes = progress.hashed_bytes.load(Relaxed);
+    summary.new_bytes = progress.stored_bytes.load(Relaxed);
+    summary.skipped_special = walk.special;
+    summary.warnings = std::mem::take(&mut walk.warnings);
+    if walk.problems.is_empty() {
+        return Ok(());
+    }
+    if !skip_unreadable {
+        return Err(Error::Unreadable(walk.problems));
+    }
+    summary.skipped_unreadable = walk.problems;
+    Ok(())
+}
+
+/// Walk and ingest; returns the walk's stats and the unsealed journal.
+fn observe(
+    store: &Store,
+    opts: &CommitOptions,
+    parent: Option<&GenView>,
+    generation: u64,
+    staging: &Staging,
+    journal: JournalWriter,
+    progress: &Arc<Progress>,
+) -> Result<(WalkStats, JournalWriter)> {
+    let (tx, sink) = spawn_sink(store, staging, journal, progress.clone());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .thread_name(|i| format!("strata-hash-{i}"))
+        .build()
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let (slots, freed) = bounded::<()>(MAX_IN_FLIGHT);
+    let dedup: OnceLock<DedupIndex> = OnceLock::new();
+    let walked = pool.in_place_scope(|scope| -> Result<WalkStats> {
+        let mut emit = |ev: Event| -> Result<()> {
+            progress
+                .walked
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let job = match ev {
+                Event::Row(r) => return tx.send(SinkMsg::Journal(r)).map_err(|_| sink_gone()),
+                Event::Hash { row, abs, prev } => HashJob { row, abs, prev },
+            };
+            if dedup.get().is_none() {
+                let _ = dedup.set(build_dedup(parent)?);
+            }
+            slots.send(()).map_err(|_| sink_gone())?;
+            let (tx, freed, dedup, dir) = (tx.clone(), freed.clone(), &dedup, &staging.dir);
+            scope.spawn(move |_| {
+                let dedup = dedup.get().expect("built before the first job");
+                let _ = tx.send(hash_job(job, dir, dedup, progress));
+                let _ = freed.recv();
+            });
+            Ok(())
+        };
+        let mut walker = Walker::new(&opts.dir, parent, generation, &mut emit);
+        let res = walker.run(&opts.scope);
+        let stats = std::mem::take(&mut walker.stats);
+        res.map(|()| stats)
+    });
+    drop(tx);
+    let out = sink
+        .join()
+        .map_err(|_| Error::Internal("sink thread panicked".into()))??;
+    let mut stats = walked?;
+    stats.problems.extend(out.problems);
+    Ok((stats, out.journal))
+}
+
+fn sink_gone() -> Error {
+    Error::Internal("ingest sink stopped early".into())
+}
+
+/// Content index of the parent for deduplication, bounded in entries.
+fn build_dedup(parent: Option<&GenView>) -> Result<DedupIndex> {
+    let mut idx = DedupIndex::new();
+    let Some(p) = parent else { return Ok(idx) };
+    for row in p.rows()? {
+        let row = row?;
+        if let (Some(d), true) = (row.digest, row.blob != crate::row::BlobLoc::None) {
+            idx.insert(d, row.blob);
+            if idx.len() >= DEDUP_MAX_ENTRIES {
+                break;
+            }
+        }
+    }
+    Ok(idx)
+}

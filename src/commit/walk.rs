@@ -1,0 +1,375 @@
+//! The walk: observes the covered scope of a directory without following
+//! symlinks and compares it, directory by directory, with the parent
+//! generation's rows.
+//!
+//! Directories are visited in key order (a min-heap of directory paths), so
+//! the parent's rows are read sequentially. Unchanged files (same size,
+//! mtime ns, inode, ctime ns and mode) produce nothing; changed or new files
+//! become hash jobs; directories, symlinks and removals become journal rows.
+
+use super::{Scope, WalkStats};
+use crate::compose::GenView;
+use crate::error::{Error, Result};
+use crate::row::{check_path_len, join, split, BlobLoc, Kind, Row};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
+use std::ffi::OsStr;
+use std::fs::{self, Metadata};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// What the walk hands to ingest.
+pub(crate) enum Event {
+    /// A finished row (directory, symlink, tombstone) for the journal.
+    Row(Row),
+    /// A file whose content must be read; `row` carries the walk's stat.
+    Hash {
+        row: Row,
+        abs: PathBuf,
+        prev: Option<Row>,
+    },
+}
+
+pub(crate) struct Walker<'a> {
+    root: PathBuf,
+    parent: Option<&'a GenView>,
+    generation: u64,
+    emit: &'a mut dyn FnMut(Event) -> Result<()>,
+    pub stats: WalkStats,
+    heap: BinaryHeap<Reverse<Vec<u8>>>,
+}
+
+pub(crate) fn stat_row(parent: Vec<u8>, name: Vec<u8>, md: &Metadata, kind: Kind) -> Row {
+    Row {
+        parent,
+        name,
+        kind,
+        mode: md.mode() & 0o7777,
+        size: if kind == Kind::File { md.size() } else { 0 },
+        mtime_ns: md.mtime() * 1_000_000_000 + md.mtime_nsec(),
+        digest: None,
+        blob: BlobLoc::None,
+        target: None,
+        first_gen: 0,
+        changed_gen: 0,
+        ino: md.ino(),
+        ctime_ns: md.ctime() * 1_000_000_000 + md.ctime_nsec(),
+    }
+}
+
+impl<'a> Walker<'a> {
+    pub(crate) fn new(
+        root: &Path,
+        parent: Option<&'a GenView>,
+        generation: u64,
+        emit: &'a mut dyn FnMut(Event) -> Result<()>,
+    ) -> Walker<'a> {
+        Walker {
+            root: root.to_path_buf(),
+            parent,
+            generation,
+            emit,
+            stats: WalkStats::default(),
+            heap: BinaryHeap::new(),
+        }
+    }
+
+    fn abs(&self, rel: &[u8]) -> PathBuf {
+        if rel.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(OsStr::from_bytes(rel))
+        }
+    }
+
+    fn problem(&mut self, rel: &[u8], what: &str, e: &dyn std::fmt::Display) {
+        self.stats
+            .problems
+            .push(format!("{}: {what}: {e}", crate::row::show(rel)));
+    }
+
+    fn prev(&self, rel: &[u8]) -> Result<Option<Row>> {
+        match self.parent {
+            Some(p) => p.lookup(rel),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn run(&mut self, scope: &Scope) -> Result<()> {
+        match scope {
+            Scope::Whole => self.start_path(b"")?,
+            Scope::Paths(paths) => self.start_paths(paths)?,
+        }
+        while let Some(Reverse(dir)) = self.heap.pop() {
+            self.walk_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    fn start_paths(&mut self, paths: &[Vec<u8>]) -> Result<()> {
+        let mut ancestors: HashSet<Vec<u8>> = HashSet::new();
+        for p in paths {
+            let mut missing = false;
+            for a in ancestors_of(p) {
+                if missing || !ancestors.insert(a.clone()) {
+                    continue;
+                }
+                missing = !self.observe_ancestor(&a)?;
+            }
+            if !missing {
+                self.start_path(p)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Observe an ancestor of a covered path; false if it is not a directory
+    /// on disk (then nothing below it can be observed).
+    fn observe_ancestor(&mut self, rel: &[u8]) -> Result<bool> {
+        let prev = self.prev(rel)?;
+        match fs::symlink_metadata(self.abs(rel)) {
+            Ok(md) => {
+                let is_dir = md.is_dir();
+                let (parent, name) = split(rel);
+                self.observe(parent, name, &md, prev)?;
+                Ok(is_dir)
+            }
+            Err(e) if gone(&e) => {
+                self.emit_removal(rel, prev)?;
+                Ok(false)
+            }
+            Err(e) => {
+                self.problem(rel, "cannot stat", &e);
+                Ok(false)
+            }
+        }
+    }
+
+    fn start_path(&mut self, rel: &[u8]) -> Result<()> {
+        let prev = self.prev(rel)?;
+        match fs::symlink_metadata(self.abs(rel)) {
+            Ok(md) => {
+                let (parent, name) = split(rel);
+                if self.observe(parent, name, &md, prev)? {
+                    self.heap.push(Reverse(rel.to_vec()));
+                }
+                Ok(())
+            }
+            Err(e) if gone(&e) && !rel.is_empty() => self.emit_removal(rel, prev),
+            Err(e) => {
+                self.problem(rel, "cannot stat", &e);
+                Ok(())
+            }
+        }
+    }
+
+    fn emit_removal(&mut self, rel: &[u8], prev: Option<Row>) -> Result<()> {
+        if prev.is_some() {
+            let (parent, name) = split(rel);
+            (self.emit)(Event::Row(Row::tombstone(parent, name)))?;
+        }
+        Ok(())
+    }
+
+    fn read_names(&mut self, dir: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let rd = match fs::read_dir(self.abs(dir)) {
+            Ok(rd) => rd,
+            Err(e) => {
+                self.problem(dir, "cannot list directory", &e);
+                return None;
+            }
+        };
+        let mut names = Vec::new();
+        for entry in rd {
+            match entry {
+                Ok(e) => names.push(e.file_name().as_bytes().to_vec()),
+                Err(e) => {
+                    self.problem(dir, "cannot list directory", &e);
+                    return None;
+                }
+            }
+        }
+        names.sort_unstable();
+        Some(names)
+    }
+
+    fn walk_dir(&mut self, dir: &[u8]) -> Result<()> {
+        let Some(names) = self.read_names(dir) else {
+            return Ok(());
+        };
+        let prev = match self.parent {
+            Some(p) => p.list_dir(dir)?,
+            None => Vec::new(),
+        };
+        let mut prev = prev.into_iter().peekable();
+        for name in names {
+            while let Some(p) = prev.next_if(|p| p.name < name) {
+                (self.emit)(Event::Row(Row::tombstone(p.parent, p.name)))?;
+            }
+            let old = prev.next_if(|p| p.name == name);
+            self.visit(dir, name, old)?;
+        }
+        for p in prev {
+            (self.emit)(Event::Row(Row::tombstone(p.parent, p.name)))?;
+        }
+        Ok(())
+    }
+
+    fn visit(&mut self, dir: &[u8], name: Vec<u8>, old: Option<Row>) -> Result<()> {
+        let rel = join(dir, &name);
+        if let Err(e) = check_path_len(&rel) {
+            self.problem(&rel, "refused", &e);
+            return Ok(());
+        }
+        match fs::symlink_metadata(self.abs(&rel)) {
+            Ok(md) => {
+                if self.observe(dir.to_vec(), name, &md, old)? {
+                    self.heap.push(Reverse(rel));
+                }
+            }
+            Err(e) => self.problem(&rel, "vanished or unreadable during walk", &e),
+        }
+        Ok(())
+    }
+
+    /// Classify one entry; true if it is a directory to descend into.
+    fn observe(
+        &mut self,
+        parent: Vec<u8>,
+        name: Vec<u8>,
+        md: &Metadata,
+        prev: Option<Row>,
+    ) -> Result<bool> {
+        self.stats.entries += 1;
+        let ft = md.file_type();
+        let kind = if ft.is_dir() {
+            Kind::Dir
+        } else if ft.is_file() {
+            Kind::File
+        } else if ft.is_symlink() {
+            Kind::Symlink
+        } else {
+            return self.special(parent, name, &ft, prev);
+        };
+        let mut row = stat_row(parent, name, md, kind);
+        row.first_gen = prev
+            .as_ref()
+            .filter(|p| p.kind == kind)
+            .map_or(self.generation, |p| p.first_gen);
+        row.changed_gen = self.generation;
+        match kind {
+            Kind::File => self.observe_file(row, prev)?,
+            Kind::Symlink => self.observe_symlink(row, prev)?,
+            _ => self.observe_dir(row, prev)?,
+        }
+        Ok(kind == Kind::Dir)
+    }
+
+    fn observe_file(&mut self, row: Row, prev: Option<Row>) -> Result<()> {
+        if let Some(p) = &prev {
+            let same = p.kind == Kind::File
+                && p.size == row.size
+                && p.mtime_ns == row.mtime_ns
+                && p.ino == row.ino
+                && p.ctime_ns == row.ctime_ns
+                && p.mode == row.mode;
+            if same {
+                self.stats.unchanged_files += 1;
+                return Ok(());
+            }
+        }
+        let abs = self.abs(&row.path());
+        (self.emit)(Event::Hash { row, abs, prev })
+    }
+
+    fn observe_symlink(&mut self, mut row: Row, prev: Option<Row>) -> Result<()> {
+        let target = match fs::read_link(self.abs(&row.path())) {
+            Ok(t) => t.into_os_string().into_vec(),
+            Err(e) => {
+                self.problem(&row.path(), "cannot read link", &e);
+                return Ok(());
+            }
+        };
+        if target.len() > crate::row::MAX_PATH {
+            self.problem(
+                &row.path(),
+                "refused",
+                &Error::TooLarge {
+                    what: "link target",
+                    size: target.len() as u64,
+                    limit: crate::row::MAX_PATH as u64,
+                },
+            );
+            return Ok(());
+        }
+        row.size = target.len() as u64;
+        row.target = Some(target);
+        let same = prev.as_ref().is_some_and(|p| {
+            p.kind == Kind::Symlink
+                && p.target == row.target
+                && p.mode == row.mode
+                && p.mtime_ns == row.mtime_ns
+        });
+        if !same {
+            (self.emit)(Event::Row(row))?;
+        }
+        Ok(())
+    }
+
+    fn observe_dir(&mut self, row: Row, prev: Option<Row>) -> Result<()> {
+        let same = prev.as_ref().is_some_and(|p| {
+            p.kind == Kind::Dir && p.mode == row.mode && p.mtime_ns == row.mtime_ns
+        });
+        if !same {
+            (self.emit)(Event::Row(row))?;
+        }
+        Ok(())
+    }
+
+    fn special(
+        &mut self,
+        parent: Vec<u8>,
+        name: Vec<u8>,
+        ft: &fs::FileType,
+        prev: Option<Row>,
+    ) -> Result<bool> {
+        self.stats.special += 1;
+        let what = if ft.is_fifo() {
+            "fifo"
+        } else if ft.is_socket() {
+            "socket"
+        } else {
+            "device"
+        };
+        let path = join(&parent, &name);
+        self.stats
+            .warnings
+            .push(format!("{}: skipped {what}", crate::row::show(&path)));
+        if prev.is_some() {
+            (self.emit)(Event::Row(Row::tombstone(parent, name)))?;
+        }
+        Ok(false)
+    }
+}
+
+use std::os::unix::ffi::OsStringExt;
+
+fn gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
+}
+
+/// Strict ancestors of a path, root first (`""`, `a`, `a/b` for `a/b/c`).
+fn ancestors_of(path: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = vec![Vec::new()];
+    for (i, &b) in path.iter().enumerate() {
+        if b == b'/' {
+            out.push(path[..i].to_vec());
+        }
+    }
+    if path.is_empty() {
+        out.clear();
+    }
+    out
+}

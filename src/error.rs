@@ -1,0 +1,119 @@
+//! Errors: one precise internal enum and a small public [`ErrorKind`].
+//!
+//! Messages are lowercase and put values last as ``key=`value` ``; a wrapped
+//! source's text is never repeated in the outer message (the CLI prints the
+//! chain).
+
+use std::io;
+use std::path::Path;
+
+/// Coarse classification callers (and the CLI's exit code) act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The caller asked for something malformed or impossible.
+    InvalidInput,
+    /// Stored bytes failed a check; nothing was served from them.
+    Corrupt,
+    /// Someone else won a race or holds a lease; re-read and retry.
+    Conflict,
+    /// An I/O failure or a missing object.
+    Unavailable,
+    /// A bug: an internal expectation did not hold.
+    Internal,
+}
+
+/// Everything that can fail inside strata.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("i/o failed: op=`{op}` path=`{path}`")]
+    Io {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("corrupt {what}: check=`{check}` file=`{file}`")]
+    Corrupt {
+        what: &'static str,
+        file: String,
+        check: String,
+    },
+    #[error("{what} is too large: size={size} limit={limit}")]
+    TooLarge {
+        what: &'static str,
+        size: u64,
+        limit: u64,
+    },
+    #[error("{what} has a newer format than this strata understands; upgrade strata: found={found} supported={supported}")]
+    NewerFormat {
+        what: &'static str,
+        found: u32,
+        supported: u32,
+    },
+    #[error("invalid input: {0}")]
+    Invalid(String),
+    #[error("{what} not found: name=`{name}`")]
+    NotFound { what: &'static str, name: String },
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("set is being written by another commit (use --wait to queue): set=`{set}` holder=`{holder}`")]
+    Busy { set: String, holder: String },
+    #[error("{} path(s) could not be read; nothing was published (use --skip-unreadable to record and skip them):\n  {}", .0.len(), .0.join("\n  "))]
+    Unreadable(Vec<String>),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { .. } | Error::NotFound { .. } | Error::Unreadable(_) => {
+                ErrorKind::Unavailable
+            }
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::TooLarge { .. } | Error::Invalid(_) | Error::NewerFormat { .. } => {
+                ErrorKind::InvalidInput
+            }
+            Error::Conflict(_) | Error::Busy { .. } => ErrorKind::Conflict,
+            Error::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    pub fn io(op: &'static str, path: impl AsRef<Path>, source: io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.as_ref().display().to_string(),
+            source,
+        }
+    }
+
+    pub fn corrupt(what: &'static str, file: impl Into<String>, check: impl Into<String>) -> Error {
+        Error::Corrupt {
+            what,
+            file: file.into(),
+            check: check.into(),
+        }
+    }
+
+    /// True when the underlying failure is a missing file or object.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            Error::NotFound { .. } => true,
+            Error::Io { source, .. } => source.kind() == io::ErrorKind::NotFound,
+            _ => false,
+        }
+    }
+}
+
+/// Attach an operation and a path to an `io::Result`.
+pub(crate) trait IoContext<T> {
+    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T> {
+        self.map_err(|e| Error::io(op, path, e))
+    }
+}

@@ -1,0 +1,259 @@
+//! The generation index: per set, the authoritative record of every
+//! generation and its representations, plus the `latest` hint.
+//!
+//! Invariant 1 lives here: visibility changes only by creating the next
+//! record version of a generation exclusively. A generation is visible once
+//! its newest record is COMMITTED. `latest` is the highest COMMITTED
+//! generation, found by probing forward from the hint pointer; the hint is
+//! advanced by pointer CAS after the commit and never decides anything.
+
+use crate::error::{Error, Result};
+use crate::format::pointer::{LatestPointer, MAX_POINTER_BYTES, POINTER_TAG, POINTER_VERSION};
+use crate::format::record::{IndexRecord, State, MAX_RECORD_BYTES};
+use crate::storage::{CasOutcome, PutOutcome};
+use crate::store::{keys, Store};
+use std::collections::BTreeMap;
+
+/// How many times the hint CAS is retried against concurrent hint writers.
+const HINT_RETRIES: usize = 16;
+
+/// Reads and writes the index of one set.
+#[derive(Debug, Clone)]
+pub struct GenIndex {
+    store: Store,
+    set: String,
+}
+
+impl GenIndex {
+    pub fn new(store: &Store, set: &str) -> GenIndex {
+        GenIndex {
+            store: store.clone(),
+            set: set.to_string(),
+        }
+    }
+
+    pub fn set(&self) -> &str {
+        &self.set
+    }
+
+    fn try_record(&self, generation: u64, record: u32) -> Result<Option<IndexRecord>> {
+        let key = IndexRecord::key(&self.set, generation, record);
+        match self.store.storage().get(&key, MAX_RECORD_BYTES) {
+            Ok(bytes) => Ok(Some(self.check(
+                IndexRecord::decode(&key, &bytes)?,
+                generation,
+                record,
+                &key,
+            )?)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn check(
+        &self,
+        r: IndexRecord,
+        generation: u64,
+        record: u32,
+        key: &str,
+    ) -> Result<IndexRecord> {
+        if r.set != self.set || r.generation != generation || r.record != record {
+            return Err(Error::corrupt(
+                "index record",
+                key,
+                "set, generation or version differs from its name",
+            ));
+        }
+        Ok(r)
+    }
+
+    /// Newest record of `generation`, probing versions upward.
+    pub fn newest(&self, generation: u64) -> Result<Option<IndexRecord>> {
+        let mut found = None;
+        let mut v = 1;
+        while let Some(r) = self.try_record(generation, v)? {
+            found = Some(r);
+            v += 1;
+        }
+        Ok(found)
+    }
+
+    /// Newest record of a generation that must exist.
+    pub fn load(&self, generation: u64) -> Result<IndexRecord> {
+        self.newest(generation)?.ok_or_else(|| Error::NotFound {
+            what: "generation",
+            name: format!("{}@{generation}", self.set),
+        })
+    }
+
+    fn hint(&self) -> Result<Option<(LatestPointer, Vec<u8>)>> {
+        let key = LatestPointer::key(&self.set);
+        match self.store.storage().get(&key, MAX_POINTER_BYTES) {
+            Ok(bytes) => Ok(Some((LatestPointer::decode(&key, &bytes)?, bytes))),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The authoritative latest COMMITTED generation, `None` for an empty set.
+    pub fn latest(&self) -> Result<Option<IndexRecord>> {
+        let start = self.hint()?.map(|(p, _)| p.generation).unwrap_or(0);
+        let mut best = match start {
+            0 => None,
+            g => Some(self.load(g)?).filter(|r| r.state != State::Prepared),
+        };
+        let mut g = best.as_ref().map(|r| r.generation).unwrap_or(0);
+        while let Some(r) = self.newest(g + 1)? {
+            if r.state == State::Prepared {
+                break;
+            }
+            g += 1;
+            best = Some(r);
+        }
+        Ok(best)
+    }
+
+    /// Newest record of every generation, by generation.
+    pub fn all(&self) -> Result<BTreeMap<u64, IndexRecord>> {
+        let mut newest: BTreeMap<u64, u32> = BTreeMap::new();
+        for name in self.store.storage().list(&keys::index_dir(&self.set))? {
+            if let Some((g, v)) = IndexRecord::parse_name(&name) {
+                let e = newest.entry(g).or_insert(v);
+                *e = (*e).max(v);
+            }
+        }
+        let mut out = BTreeMap::new();
+        for (g, v) in newest {
+            let key = IndexRecord::key(&self.set, g, v);
+            let bytes = self.store.storage().get(&key, MAX_RECORD_BYTES)?;
+            out.insert(
+                g,
+                self.check(IndexRecord::decode(&key, &bytes)?, g, v, &key)?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Create `record` exclusively; losing the race is a conflict.
+    fn create(&self, record: &IndexRecord) -> Result<()> {
+        let key = IndexRecord::key(&self.set, record.generation, record.record);
+        match self
+            .store
+            .storage()
+            .put_if_absent(&key, &record.encode()?)?
+        {
+            PutOutcome::Created => Ok(()),
+            PutOutcome::AlreadyExists => Err(Error::Conflict(format!(
+                "another writer created this index record first: set=`{}` generation={} record={}",
+                self.set, record.generation, record.record
+            ))),
+        }
+    }
+
+    /// Write `record` as the PREPARED record of its generation. A dead
+    /// writer's PREPARED record is superseded (the caller holds the set's
+    /// write lease, so its owner is gone); a COMMITTED one is a conflict.
+    pub fn prepare(&self, mut record: IndexRecord) -> Result<IndexRecord> {
+        let current = self.newest(record.generation)?;
+        invariant_generation_unpublished(current.as_ref())?;
+        record.record = current.map(|r| r.record + 1).unwrap_or(1);
+        record.state = State::Prepared;
+        self.create(&record)?;
+        Ok(record)
+    }
+
+    /// Move our PREPARED record to COMMITTED: the visibility point.
+    pub fn commit(&self, prepared: &IndexRecord) -> Result<IndexRecord> {
+        let current = self.newest(prepared.generation)?;
+        invariant_prepared_is_newest(prepared, current.as_ref())?;
+        let latest = self.latest()?.map(|r| r.generation);
+        invariant_parent_is_latest(prepared, latest)?;
+        let mut committed = prepared.clone();
+        committed.record += 1;
+        committed.state = State::Committed;
+        committed.written_ns = crate::token::now_ns();
+        committed.committed_ns = Some(committed.written_ns);
+        for rep in &mut committed.representations {
+            rep.state = State::Committed;
+        }
+        self.create(&committed)?;
+        Ok(committed)
+    }
+
+    /// Advance the hint to `generation` unless it already names a later one.
+    pub fn advance_hint(&self, generation: u64) -> Result<()> {
+        let storage = self.store.storage();
+        let key = LatestPointer::key(&self.set);
+        for _ in 0..HINT_RETRIES {
+            let current = self.hint()?;
+            if current
+                .as_ref()
+                .is_some_and(|(p, _)| p.generation >= generation)
+            {
+                return Ok(());
+            }
+            let counter = current.as_ref().map(|(p, _)| p.counter + 1).unwrap_or(1);
+            let next = LatestPointer {
+                tag: POINTER_TAG.into(),
+                version: POINTER_VERSION,
+                set: self.set.clone(),
+                generation,
+                counter,
+                nonce: crate::token::new_token(),
+            };
+            let expected = current.as_ref().map(|(_, b)| b.as_slice());
+            if storage.cas(&key, expected, &next.encode()?)? == CasOutcome::Swapped {
+                return Ok(());
+            }
+        }
+        Err(Error::Conflict(format!(
+            "latest hint kept changing: set=`{}`",
+            self.set
+        )))
+    }
+}
+
+/// Protects immutability of published generations: a generation that was
+/// ever COMMITTED (or RETIRED) is never prepared again.
+fn invariant_generation_unpublished(current: Option<&IndexRecord>) -> Result<()> {
+    match current {
+        Some(r) if r.state != State::Prepared => Err(Error::Conflict(format!(
+            "generation was already published by another writer: set=`{}` generation={}",
+            r.set, r.generation
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Protects against committing a stale preparation: the record we prepared
+/// must still be the newest record of its generation.
+fn invariant_prepared_is_newest(
+    prepared: &IndexRecord,
+    current: Option<&IndexRecord>,
+) -> Result<()> {
+    match current {
+        Some(c)
+            if c.record == prepared.record
+                && c.owner == prepared.owner
+                && c.state == State::Prepared =>
+        {
+            Ok(())
+        }
+        _ => Err(Error::Conflict(format!(
+            "prepared record was superseded before commit: set=`{}` generation={}",
+            prepared.set, prepared.generation
+        ))),
+    }
+}
+
+/// Protects linear history: a generation commits only on top of the
+/// latest generation it was prepared against (never overwriting a newer one).
+fn invariant_parent_is_latest(prepared: &IndexRecord, latest: Option<u64>) -> Result<()> {
+    if latest == prepared.parent && prepared.generation == latest.unwrap_or(0) + 1 {
+        return Ok(());
+    }
+    Err(Error::Conflict(format!(
+        "latest moved while committing: set=`{}` expected_parent={:?} latest={:?}",
+        prepared.set, prepared.parent, latest
+    )))
+}

@@ -1,0 +1,37 @@
+//! strata: a named, versioned file tree kept as immutable, verifiable
+//! generations. See docs/ARCHITECTURE.md for the map.
+
+#![warn(unreachable_pub)]
+
+pub mod blob;
+pub mod commit;
+pub mod compose;
+pub mod diff;
+pub mod error;
+pub mod failpoint;
+pub mod format;
+pub mod identity;
+pub mod index;
+pub mod pin;
+pub mod publish;
+pub mod row;
+pub mod spill;
+pub mod storage;
+pub mod store;
+pub mod token;
+pub mod verify;
+
+pub use error::{Error, ErrorKind, Result};
+pub use store::Store;
+
+/// An error and its sources as one line, for reports.
+pub fn cli_chain(e: &Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}

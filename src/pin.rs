@@ -1,0 +1,126 @@
+//! Pins (read markers): `pins/<set>/<gen:020>-<token>.pin`, a file held with
+//! an exclusive OS lock for as long as a reader uses one representation of a
+//! generation. A sweep may reclaim a pin file only when a lock probe finds it
+//! unheld (invariant 4), never by reading the holder text.
+//!
+//! Protocol: take the pin first, then re-read the index and verify the pinned
+//! representation is still COMMITTED; retry a bounded number of times.
+
+use crate::error::{Error, Result};
+use crate::format::record::{IndexRecord, RepRecord, State};
+use crate::index::GenIndex;
+use crate::storage::{Lease, Storage, TryLease};
+use crate::store::{keys, Store};
+use serde::Serialize;
+use std::sync::Arc;
+
+/// How often pin-then-verify is retried when the index changes underneath.
+const PIN_RETRIES: usize = 5;
+
+#[derive(Serialize)]
+struct PinBody<'a> {
+    #[serde(rename = "type")]
+    tag: &'static str,
+    version: u32,
+    set: &'a str,
+    generation: u64,
+    representation: &'a str,
+    manifest: &'a str,
+    holder: String,
+    since_ns: i64,
+}
+
+/// A held pin; dropping it removes the marker and releases the lock.
+#[derive(Debug)]
+pub struct Pin {
+    storage: Arc<dyn Storage>,
+    key: String,
+    lease: Option<Box<dyn Lease>>,
+    pub record: IndexRecord,
+    pub rep: RepRecord,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let _ = self.storage.delete(&self.key);
+        self.lease.take();
+    }
+}
+
+/// Pin the readable representation of `generation` (or of latest).
+pub fn pin(store: &Store, set: &str, generation: Option<u64>, holder: &str) -> Result<Pin> {
+    let index = GenIndex::new(store, set);
+    for _ in 0..PIN_RETRIES {
+        let record = resolve(&index, generation)?;
+        let rep = record
+            .read_rep()
+            .cloned()
+            .ok_or_else(|| Error::corrupt("index record", set, "no committed representation"))?;
+        let pin = take(store, &record, &rep, holder)?;
+        let now = index.load(record.generation)?;
+        let still = now.state == State::Committed
+            && now
+                .representations
+                .iter()
+                .any(|r| r.manifest == rep.manifest && r.state == State::Committed);
+        if still {
+            return Ok(pin);
+        }
+    }
+    Err(Error::Conflict(format!(
+        "index kept changing while pinning: set=`{set}`"
+    )))
+}
+
+fn resolve(index: &GenIndex, generation: Option<u64>) -> Result<IndexRecord> {
+    let record = match generation {
+        Some(g) => index.load(g)?,
+        None => index.latest()?.ok_or_else(|| Error::NotFound {
+            what: "set",
+            name: index.set().to_string(),
+        })?,
+    };
+    match record.state {
+        State::Committed => Ok(record),
+        State::Prepared => Err(Error::NotFound {
+            what: "generation",
+            name: format!("{}@{} (not committed)", index.set(), record.generation),
+        }),
+        State::Retired => Err(Error::NotFound {
+            what: "generation",
+            name: format!("{}@{} (retired)", index.set(), record.generation),
+        }),
+    }
+}
+
+fn take(store: &Store, record: &IndexRecord, rep: &RepRecord, holder: &str) -> Result<Pin> {
+    let token = crate::token::new_token();
+    let key = format!(
+        "{}/{:020}-{token}.pin",
+        keys::pin_dir(&record.set),
+        record.generation
+    );
+    let body = PinBody {
+        tag: "strata-pin",
+        version: 1,
+        set: &record.set,
+        generation: record.generation,
+        representation: rep.kind.label(),
+        manifest: &rep.manifest,
+        holder: format!("{holder} pid={}", std::process::id()),
+        since_ns: crate::token::now_ns(),
+    };
+    let text = serde_json::to_string(&body).map_err(|e| Error::Internal(e.to_string()))?;
+    match store.storage().lease(&key, &text, false)? {
+        TryLease::Acquired(lease) => Ok(Pin {
+            storage: store.storage().clone(),
+            key,
+            lease: Some(lease),
+            record: record.clone(),
+            rep: rep.clone(),
+        }),
+        TryLease::Busy { .. } => Err(Error::Internal(format!(
+            "fresh pin name already locked: key=`{key}`"
+        ))),
+    }
+}

@@ -1,0 +1,427 @@
+//! Publish: merge a sealed journal with the parent generation and commit the
+//! result as a new generation.
+//!
+//! The journal is sorted under a memory budget (spill runs, bounded fan-in)
+//! and merged in key order with the parent's base and delta streams. The
+//! output is a cumulative delta over the parent's base (one tombstone per
+//! removed base row), or a base. Then, in order, each a named durability
+//! step: segments, manifest, PREPARED record, COMMITTED record (the only
+//! visibility change), latest hint.
+
+use crate::compose::{GenView, Representation};
+use crate::error::{Error, Result};
+use crate::failpoint::Step;
+use crate::format::journal::JournalReader;
+use crate::format::manifest::{
+    BaseBinding, Counts, FileRef, Manifest, ParentBinding, RepKind, SegmentRef, MANIFEST_TAG,
+    MANIFEST_VERSION,
+};
+use crate::format::record::{IndexRecord, RepRecord, State, RECORD_TAG, RECORD_VERSION};
+use crate::format::segment::{SegmentFile, SegmentWriter};
+use crate::identity::IdentityHasher;
+use crate::index::GenIndex;
+use crate::row::{BlobLoc, Kind, Row};
+use crate::spill::{SortBudget, Sorter};
+use crate::store::{keys, Store};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+use std::iter::Peekable;
+use std::path::Path;
+
+/// What a publication needs besides the journal.
+pub struct PublishInput<'a> {
+    pub store: &'a Store,
+    pub set: &'a str,
+    pub generation: u64,
+    pub parent: Option<&'a GenView>,
+    pub force_base: bool,
+    pub message: Option<String>,
+    pub owner: &'a str,
+    pub staging: &'a Path,
+    pub budget: SortBudget,
+}
+
+/// Differences between the parent and the new generation.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct ChangeStats {
+    pub added: u64,
+    pub changed: u64,
+    pub removed: u64,
+    pub unchanged: u64,
+}
+
+impl ChangeStats {
+    pub fn any(&self) -> bool {
+        self.added + self.changed + self.removed > 0
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub generation: u64,
+    pub representation: RepKind,
+    pub manifest: String,
+    pub identity: String,
+    pub rows_written: u64,
+    pub counts: Counts,
+}
+
+/// Result of the merge: what changed and what was written to staging.
+struct Merged {
+    stats: ChangeStats,
+    identity: String,
+    counts: Counts,
+    segments: Vec<SegmentFile>,
+    packs: BTreeMap<String, ()>,
+    blobs: BTreeMap<String, u64>,
+}
+
+/// Merge the journal and, if anything changed, commit the new generation.
+pub fn publish(
+    input: &PublishInput<'_>,
+    journal: &Path,
+) -> Result<(ChangeStats, Option<Published>)> {
+    let mut reader = JournalReader::open(journal)?;
+    let seal = reader.seal().to_string();
+    check_journal_header(input, reader.header())?;
+    let sort_dir = input.staging.join("sort");
+    crate::storage::ensure_local_dir(&sort_dir)?;
+    let mut sorter = Sorter::new(&sort_dir, input.budget);
+    while let Some(row) = reader.next_row()? {
+        sorter.push(row)?;
+    }
+    let sorted = sorter.finish()?;
+    let kind = match (input.parent, input.force_base) {
+        (Some(_), false) => RepKind::Delta,
+        _ => RepKind::Base,
+    };
+    let merged = merge(input, kind, sorted)?;
+    if !merged.stats.any() {
+        return Ok((merged.stats, None));
+    }
+    let stats = merged.stats.clone();
+    let published = commit_merged(input, kind, merged, seal)?;
+    Ok((stats, Some(published)))
+}
+
+fn check_journal_header(
+    input: &PublishInput<'_>,
+    h: &crate::format::journal::JournalHeader,
+) -> Result<()> {
+    let parent = input.parent.map(|p| p.generation());
+    if h.set != input.set || h.generation != input.generation || h.parent != parent {
+        return Err(Error::Conflict(format!(
+            "journal was observed against another parent: set=`{}` journal_parent={:?} parent={parent:?}",
+            h.set, h.parent
+        )));
+    }
+    Ok(())
+}
+
+type RowStream<'a> = Peekable<Box<dyn Iterator<Item = Result<Row>> + 'a>>;
+
+fn stream<'a>(it: impl Iterator<Item = Result<Row>> + 'a) -> RowStream<'a> {
+    let b: Box<dyn Iterator<Item = Result<Row>> + 'a> = Box::new(it);
+    b.peekable()
+}
+
+fn rep_rows(rep: Option<&Representation>) -> Result<RowStream<'_>> {
+    Ok(match rep {
+        Some(r) => stream(r.rows()?),
+        None => stream(std::iter::empty()),
+    })
+}
+
+/// Take the head of `s` if its key equals `key`.
+fn take_eq(s: &mut RowStream<'_>, key: &Row) -> Result<Option<Row>> {
+    match s.peek() {
+        Some(Ok(r)) if r.key_cmp(key).is_eq() => s.next().transpose(),
+        Some(Err(_)) => s.next().transpose(),
+        _ => Ok(None),
+    }
+}
+
+fn min_head(streams: &mut [&mut RowStream<'_>]) -> Result<Option<Row>> {
+    let mut best: Option<Row> = None;
+    for s in streams.iter_mut() {
+        match s.peek() {
+            Some(Err(_)) => return Err(s.next().expect("peeked").expect_err("peeked error")),
+            Some(Ok(r)) if best.as_ref().is_none_or(|b| r.key_cmp(b).is_lt()) => {
+                best = Some(r.clone())
+            }
+            _ => {}
+        }
+    }
+    Ok(best)
+}
+
+/// Accumulates the merge's outputs.
+struct MergeState {
+    kind: RepKind,
+    writer: SegmentWriter,
+    stats: ChangeStats,
+    hasher: IdentityHasher,
+    counts: Counts,
+    removed: HashSet<Vec<u8>>,
+    packs: BTreeMap<String, ()>,
+    blobs: BTreeMap<String, u64>,
+}
+
+impl MergeState {
+    fn under_removed(&self, row: &Row) -> bool {
+        if self.removed.is_empty() {
+            return false;
+        }
+        let path = row.path();
+        path.iter()
+            .enumerate()
+            .any(|(i, &c)| c == b'/' && self.removed.contains(&path[..i]))
+    }
+
+    fn write(&mut self, row: Row) -> Result<()> {
+        self.counts.rows += 1;
+        match row.blob {
+            BlobLoc::Packed { pack, .. } => {
+                self.packs.insert(hex::encode(pack), ());
+            }
+            BlobLoc::Standalone => {
+                self.blobs
+                    .insert(hex::encode(row.digest.unwrap_or_default()), row.size);
+            }
+            BlobLoc::None => {}
+        }
+        if row.kind == Kind::Tombstone {
+            self.counts.tombstones += 1;
+        }
+        self.writer.push(row)
+    }
+
+    fn live(&mut self, n: &Row) {
+        self.hasher.push(n);
+        match n.kind {
+            Kind::File => {
+                self.counts.files += 1;
+                self.counts.bytes += n.size;
+            }
+            Kind::Dir => self.counts.dirs += 1,
+            Kind::Symlink => self.counts.symlinks += 1,
+            Kind::Tombstone => {}
+        }
+    }
+
+    /// One key: base row `b`, old composed row `o`, journal row `j`.
+    fn step(&mut self, key: Row, b: Option<Row>, o: Option<Row>, j: Option<Row>) -> Result<()> {
+        let o = o.filter(|o| !self.under_removed(o));
+        let n = match j {
+            Some(j) if j.kind == Kind::Tombstone => {
+                self.removed.insert(j.path());
+                None
+            }
+            Some(j) => {
+                if j.kind != Kind::Dir && o.as_ref().is_some_and(|o| o.kind == Kind::Dir) {
+                    self.removed.insert(j.path());
+                }
+                Some(j)
+            }
+            None => o.clone(),
+        };
+        match (&o, &n) {
+            (None, Some(_)) => self.stats.added += 1,
+            (Some(_), None) => self.stats.removed += 1,
+            (Some(o), Some(n)) if o != n => self.stats.changed += 1,
+            (Some(_), Some(_)) => self.stats.unchanged += 1,
+            (None, None) => {}
+        }
+        if let Some(n) = &n {
+            self.live(n);
+        }
+        self.emit(key, b, n)
+    }
+
+    fn emit(&mut self, key: Row, b: Option<Row>, n: Option<Row>) -> Result<()> {
+        match (self.kind, n) {
+            (RepKind::Base, Some(n)) => self.write(n),
+            (RepKind::Base, None) => Ok(()),
+            (RepKind::Delta, Some(n)) if b.as_ref() != Some(&n) => self.write(n),
+            (RepKind::Delta, Some(_)) => Ok(()),
+            (RepKind::Delta, None) if b.is_some() => {
+                self.write(Row::tombstone(key.parent, key.name))
+            }
+            (RepKind::Delta, None) => Ok(()),
+        }
+    }
+}
+
+fn merge(input: &PublishInput<'_>, kind: RepKind, journal: crate::spill::Sorted) -> Result<Merged> {
+    let parent = input.parent;
+    let mut base = rep_rows(parent.map(|p| &p.base))?;
+    let mut pdelta = rep_rows(parent.and_then(|p| p.delta.as_ref()))?;
+    let mut jr = stream(journal);
+    let seg_dir = input.staging.join("segments");
+    crate::storage::ensure_local_dir(&seg_dir)?;
+    let mut st = MergeState {
+        kind,
+        writer: SegmentWriter::new(&seg_dir),
+        stats: ChangeStats::default(),
+        hasher: IdentityHasher::new(),
+        counts: Counts::default(),
+        removed: HashSet::new(),
+        packs: BTreeMap::new(),
+        blobs: BTreeMap::new(),
+    };
+    while let Some(key) = min_head(&mut [&mut base, &mut pdelta, &mut jr])? {
+        let b = take_eq(&mut base, &key)?;
+        let pd = take_eq(&mut pdelta, &key)?;
+        let j = take_eq(&mut jr, &key)?;
+        let o = match pd {
+            Some(pd) if pd.kind == Kind::Tombstone => None,
+            Some(pd) => Some(pd),
+            None => b.clone(),
+        };
+        st.step(key, b, o, j)?;
+    }
+    let segments = st.writer.finish()?;
+    Ok(Merged {
+        stats: st.stats,
+        identity: st.hasher.finish(),
+        counts: st.counts,
+        segments,
+        packs: st.packs,
+        blobs: st.blobs,
+    })
+}
+
+fn commit_merged(
+    input: &PublishInput<'_>,
+    kind: RepKind,
+    merged: Merged,
+    seal: String,
+) -> Result<Published> {
+    let store = input.store;
+    let fp = store.failpoints();
+    let segments = move_segments(store, &merged.segments)?;
+    fp.hit(Step::SegmentsWritten)?;
+    let manifest = build_manifest(input, kind, &merged, segments, seal)?;
+    let (bytes, name) = manifest.encode()?;
+    store
+        .storage()
+        .put_if_absent(&keys::manifest(&name), &bytes)?;
+    fp.hit(Step::ManifestWritten)?;
+    let index = GenIndex::new(store, input.set);
+    let prepared = index.prepare(index_record(input, &manifest, &name))?;
+    fp.hit(Step::Prepared)?;
+    index.commit(&prepared)?;
+    fp.hit(Step::Committed)?;
+    index.advance_hint(input.generation)?;
+    fp.hit(Step::LatestAdvanced)?;
+    Ok(Published {
+        generation: input.generation,
+        representation: kind,
+        manifest: name,
+        identity: manifest.identity,
+        rows_written: manifest.counts.rows,
+        counts: manifest.counts,
+    })
+}
+
+fn move_segments(store: &Store, files: &[SegmentFile]) -> Result<Vec<SegmentRef>> {
+    let mut refs = Vec::with_capacity(files.len());
+    for f in files {
+        store
+            .storage()
+            .put_file_if_absent(&keys::segment(&f.name), &f.path)?;
+        refs.push(SegmentRef {
+            name: f.name.clone(),
+            size: f.size,
+            rows: f.rows,
+            first: [hex::encode(&f.first.0), hex::encode(&f.first.1)],
+            last: [hex::encode(&f.last.0), hex::encode(&f.last.1)],
+        });
+    }
+    Ok(refs)
+}
+
+fn build_manifest(
+    input: &PublishInput<'_>,
+    kind: RepKind,
+    merged: &Merged,
+    segments: Vec<SegmentRef>,
+    seal: String,
+) -> Result<Manifest> {
+    let mut packs = Vec::with_capacity(merged.packs.len());
+    for name in merged.packs.keys() {
+        let size = input
+            .store
+            .storage()
+            .size(&keys::pack(name))?
+            .ok_or_else(|| Error::NotFound {
+                what: "pack",
+                name: name.clone(),
+            })?;
+        packs.push(FileRef {
+            name: name.clone(),
+            size,
+        });
+    }
+    let blobs = merged
+        .blobs
+        .iter()
+        .map(|(name, &size)| FileRef {
+            name: name.clone(),
+            size,
+        })
+        .collect();
+    let base = match kind {
+        RepKind::Base => None,
+        RepKind::Delta => input.parent.map(|p| BaseBinding {
+            generation: p.base.manifest.generation,
+            identity: p.base.manifest.identity.clone(),
+            manifest: p.base.manifest_name.clone(),
+        }),
+    };
+    Ok(Manifest {
+        tag: MANIFEST_TAG.into(),
+        version: MANIFEST_VERSION,
+        set: input.set.to_string(),
+        generation: input.generation,
+        representation: kind,
+        base,
+        parent: input.parent.map(|p| ParentBinding {
+            generation: p.generation(),
+            manifest: p.top().manifest_name.clone(),
+        }),
+        identity: merged.identity.clone(),
+        counts: merged.counts.clone(),
+        segments,
+        packs,
+        blobs,
+        created_ns: crate::token::now_ns(),
+        message: input.message.clone(),
+        journal: Some(seal),
+    })
+}
+
+fn index_record(input: &PublishInput<'_>, m: &Manifest, manifest_name: &str) -> IndexRecord {
+    IndexRecord {
+        tag: RECORD_TAG.into(),
+        version: RECORD_VERSION,
+        set: input.set.to_string(),
+        generation: input.generation,
+        record: 0,
+        state: State::Prepared,
+        parent: input.parent.map(|p| p.generation()),
+        identity: m.identity.clone(),
+        representations: vec![RepRecord {
+            kind: m.representation,
+            manifest: manifest_name.to_string(),
+            base: m.base.as_ref().map(|b| b.generation),
+            state: State::Prepared,
+        }],
+        files: m.counts.files,
+        bytes: m.counts.bytes,
+        message: input.message.clone(),
+        written_ns: crate::token::now_ns(),
+        committed_ns: None,
+        owner: input.owner.to_string(),
+    }
+}

@@ -1,0 +1,364 @@
+//! Local-directory backend: the embedded default.
+//!
+//! Durability assumptions (docs/FORMAT.md, "Media"): a file is durable after
+//! `fsync`, a name after `fsync` of its directory; `renameat2(RENAME_NOREPLACE)`
+//! (falling back to `link`+`unlink`) is the create-exclusive primitive; pointer
+//! CAS holds an exclusive `flock` on `<key>.lock` around read-compare-replace.
+//! Leases are `flock`ed files: the kernel drops the lock when the holder dies,
+//! which is what makes a killed owner recognizably unheld.
+
+use super::{CasOutcome, Lease, LeaseState, PutOutcome, Storage, TryLease};
+use crate::error::{Error, IoContext, Result};
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug)]
+pub struct LocalStorage {
+    root: PathBuf,
+}
+
+impl LocalStorage {
+    pub fn new(root: impl Into<PathBuf>) -> LocalStorage {
+        LocalStorage { root: root.into() }
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.root.join(key)
+    }
+
+    fn ensure_parent(&self, path: &Path) -> Result<()> {
+        match path.parent() {
+            Some(dir) => ensure_dir(dir),
+            None => Ok(()),
+        }
+    }
+
+    fn temp_path(&self, final_path: &Path) -> PathBuf {
+        let name = final_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        final_path.with_file_name(format!(".tmp-{}-{}", crate::token::new_token(), name))
+    }
+}
+
+/// Create `dir` (mode 0700) and fsync the parents of every directory created.
+pub(crate) fn ensure_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        ensure_dir(parent)?;
+    }
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(Error::io("mkdir", dir, e)),
+    }
+    match dir.parent() {
+        Some(parent) => fsync_dir(parent),
+        None => Ok(()),
+    }
+}
+
+pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .ctx("fsync-dir", dir)
+}
+
+/// Write `bytes` to a new file at `path` (mode 0600) and fsync it.
+pub(crate) fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .ctx("create", path)?;
+    f.write_all(bytes).ctx("write", path)?;
+    f.sync_all().ctx("fsync", path)
+}
+
+/// Rename without replacing; `Ok(false)` when `to` exists.
+fn rename_noreplace(from: &Path, to: &Path) -> Result<bool> {
+    let c_from = CString::new(from.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid("nul in path".into()))?;
+    let c_to = CString::new(to.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid("nul in path".into()))?;
+    // SAFETY: both pointers are valid NUL-terminated strings for the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            c_from.as_ptr(),
+            libc::AT_FDCWD,
+            c_to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EEXIST) => Ok(false),
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => link_then_unlink(from, to),
+        _ => Err(Error::io("rename-noreplace", to, err)),
+    }
+}
+
+fn link_then_unlink(from: &Path, to: &Path) -> Result<bool> {
+    match fs::hard_link(from, to) {
+        Ok(()) => {
+            fs::remove_file(from).ctx("unlink", from)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(Error::io("link", to, e)),
+    }
+}
+
+fn flock(file: &File, wait: bool) -> io::Result<bool> {
+    let op = if wait {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_EX | libc::LOCK_NB
+    };
+    loop {
+        // SAFETY: flock on a valid open descriptor.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            _ => return Err(err),
+        }
+    }
+}
+
+fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .ctx("open-lock", path)
+}
+
+fn read_holder(file: &mut File) -> String {
+    let mut s = String::new();
+    let _ = file.seek(SeekFrom::Start(0));
+    let _ = file.take(4096).read_to_string(&mut s);
+    s.trim().to_string()
+}
+
+/// A lease backed by an exclusive `flock` on an open file.
+#[derive(Debug)]
+struct LocalLease {
+    key: String,
+    _file: File,
+}
+
+impl Lease for LocalLease {
+    fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl Storage for LocalStorage {
+    fn describe(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn get(&self, key: &str, limit: u64) -> Result<Vec<u8>> {
+        let path = self.path(key);
+        let f = File::open(&path).map_err(|e| not_found_or_io(e, key, &path))?;
+        let size = f.metadata().ctx("stat", &path)?.len();
+        if size > limit {
+            return Err(Error::TooLarge {
+                what: "stored object",
+                size,
+                limit,
+            });
+        }
+        let mut buf = Vec::with_capacity(size as usize);
+        f.take(limit + 1).read_to_end(&mut buf).ctx("read", &path)?;
+        if buf.len() as u64 > limit {
+            return Err(Error::TooLarge {
+                what: "stored object",
+                size: buf.len() as u64,
+                limit,
+            });
+        }
+        Ok(buf)
+    }
+
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let path = self.path(key);
+        let f = File::open(&path).map_err(|e| not_found_or_io(e, key, &path))?;
+        let mut buf = vec![0u8; len as usize];
+        f.read_exact_at(&mut buf, offset).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                Error::corrupt(
+                    "object",
+                    key,
+                    format!("short read: offset={offset} len={len}"),
+                )
+            } else {
+                Error::io("pread", &path, e)
+            }
+        })?;
+        Ok(buf)
+    }
+
+    fn size(&self, key: &str) -> Result<Option<u64>> {
+        let path = self.path(key);
+        match fs::symlink_metadata(&path) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("stat", &path, e)),
+        }
+    }
+
+    fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<PutOutcome> {
+        let path = self.path(key);
+        self.ensure_parent(&path)?;
+        let tmp = self.temp_path(&path);
+        write_new_file(&tmp, bytes)?;
+        self.put_file_if_absent(key, &tmp)
+    }
+
+    fn put_file_if_absent(&self, key: &str, staged: &Path) -> Result<PutOutcome> {
+        let path = self.path(key);
+        self.ensure_parent(&path)?;
+        let created = rename_noreplace(staged, &path)?;
+        if !created {
+            fs::remove_file(staged).ctx("unlink-staged", staged)?;
+            return Ok(PutOutcome::AlreadyExists);
+        }
+        fsync_dir(path.parent().unwrap_or(&self.root))?;
+        Ok(PutOutcome::Created)
+    }
+
+    fn cas(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CasOutcome> {
+        let path = self.path(key);
+        self.ensure_parent(&path)?;
+        let lock_path = self.path(&format!("{key}.lock"));
+        let lock = open_lock_file(&lock_path)?;
+        flock(&lock, true).ctx("flock", &lock_path)?;
+        let current = match fs::read(&path) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io("read", &path, e)),
+        };
+        if current.as_deref() != expected {
+            return Ok(CasOutcome::Mismatch { current });
+        }
+        let tmp = self.temp_path(&path);
+        write_new_file(&tmp, new)?;
+        fs::rename(&tmp, &path).ctx("rename", &path)?;
+        fsync_dir(path.parent().unwrap_or(&self.root))?;
+        Ok(CasOutcome::Swapped)
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let path = self.path(dir);
+        let rd = match fs::read_dir(&path) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("readdir", &path, e)),
+        };
+        let mut names = Vec::new();
+        for entry in rd {
+            let entry = entry.ctx("readdir", &path)?;
+            if let Some(name) = entry.file_name().to_str() {
+                if !name.starts_with(".tmp-") {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        let path = self.path(key);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("unlink", &path, e)),
+        }
+    }
+
+    fn delete_dir(&self, dir: &str) -> Result<()> {
+        let path = self.path(dir);
+        match fs::remove_dir_all(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("rmdir", &path, e)),
+        }
+    }
+
+    fn local_path(&self, key: &str) -> Option<PathBuf> {
+        Some(self.path(key))
+    }
+
+    fn scratch_dir(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.path(&format!("staging/{name}"));
+        ensure_dir(&dir)?;
+        Ok(dir)
+    }
+
+    fn lease(&self, key: &str, holder: &str, wait: bool) -> Result<TryLease> {
+        let path = self.path(key);
+        self.ensure_parent(&path)?;
+        let mut file = open_lock_file(&path)?;
+        if !flock(&file, wait).ctx("flock", &path)? {
+            return Ok(TryLease::Busy {
+                holder: read_holder(&mut file),
+            });
+        }
+        file.set_len(0).ctx("truncate", &path)?;
+        file.write_all_at(holder.as_bytes(), 0)
+            .ctx("write", &path)?;
+        Ok(TryLease::Acquired(Box::new(LocalLease {
+            key: key.to_string(),
+            _file: file,
+        })))
+    }
+
+    fn probe_lease(&self, key: &str) -> Result<LeaseState> {
+        let path = self.path(key);
+        let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LeaseState::Missing),
+            Err(e) => return Err(Error::io("open-lock", &path, e)),
+        };
+        if flock(&file, false).ctx("flock", &path)? {
+            return Ok(LeaseState::Unheld);
+        }
+        Ok(LeaseState::Held {
+            holder: read_holder(&mut file),
+        })
+    }
+}
+
+fn not_found_or_io(e: io::Error, key: &str, path: &Path) -> Error {
+    if e.kind() == io::ErrorKind::NotFound {
+        Error::NotFound {
+            what: "object",
+            name: key.to_string(),
+        }
+    } else {
+        Error::io("open", path, e)
+    }
+}

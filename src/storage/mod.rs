@@ -1,0 +1,88 @@
+//! The storage seam: every byte strata keeps goes through [`Storage`].
+//!
+//! Keys are `/`-separated relative names (see docs/FORMAT.md for the layout).
+//! The interface is what both a local directory and an object store can offer:
+//! create-exclusive puts (the only way a versioned record comes to exist), a
+//! compare-and-swap of a small pointer object, whole and ranged reads with a
+//! size bound, listing, deletion, and leases whose liveness is decided by the
+//! backend (an OS lock locally), never by a PID or a holder string.
+
+mod local;
+
+pub(crate) use local::ensure_dir as ensure_local_dir;
+pub use local::LocalStorage;
+
+use crate::error::Result;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+
+/// Result of a create-exclusive write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    Created,
+    /// Someone created the name first; the existing object was not touched.
+    AlreadyExists,
+}
+
+/// Result of a pointer compare-and-swap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CasOutcome {
+    Swapped,
+    /// The pointer did not hold the expected bytes; `current` is what it holds.
+    Mismatch {
+        current: Option<Vec<u8>>,
+    },
+}
+
+/// Whether a lease is held by a live owner, as decided by the backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseState {
+    Held { holder: String },
+    Unheld,
+    Missing,
+}
+
+/// A held lease; dropping it releases the lease.
+pub trait Lease: Send + Sync + Debug {
+    fn key(&self) -> &str;
+}
+
+/// Outcome of trying to take a lease without waiting.
+#[derive(Debug)]
+pub enum TryLease {
+    Acquired(Box<dyn Lease>),
+    Busy { holder: String },
+}
+
+pub trait Storage: Send + Sync + Debug {
+    /// Human-readable location of the store (for messages).
+    fn describe(&self) -> String;
+    /// Whole object; refuses objects over `limit` bytes before reading them.
+    fn get(&self, key: &str, limit: u64) -> Result<Vec<u8>>;
+    /// `len` bytes at `offset`; a short object is an error.
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
+    /// Size of an object, `None` if absent.
+    fn size(&self, key: &str) -> Result<Option<u64>>;
+    /// Durably create `key` with `bytes` unless it exists.
+    fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<PutOutcome>;
+    /// Durably move a fully written, fsynced local file to `key` unless it exists.
+    /// The staged file is consumed either way.
+    fn put_file_if_absent(&self, key: &str, staged: &Path) -> Result<PutOutcome>;
+    /// Replace a small pointer object iff it currently holds `expected`
+    /// (`None`: iff it does not exist).
+    fn cas(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CasOutcome>;
+    /// Names directly under `dir` (files and sub-directories), sorted.
+    fn list(&self, dir: &str) -> Result<Vec<String>>;
+    /// Remove an object; absent is fine.
+    fn delete(&self, key: &str) -> Result<()>;
+    /// Remove an empty or non-empty directory of local scratch objects.
+    fn delete_dir(&self, dir: &str) -> Result<()>;
+    /// Local file backing `key`, when the backend has one (for passthrough reads).
+    fn local_path(&self, key: &str) -> Option<PathBuf>;
+    /// Local scratch directory for staging files of one owner.
+    fn scratch_dir(&self, name: &str) -> Result<PathBuf>;
+    /// Take the lease at `key`, waiting for it if `wait`.
+    fn lease(&self, key: &str, holder: &str, wait: bool) -> Result<TryLease>;
+    /// Probe a lease without taking it for longer than the probe.
+    fn probe_lease(&self, key: &str) -> Result<LeaseState>;
+}

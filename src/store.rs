@@ -1,0 +1,158 @@
+//! The store: one root holding every set, opened through a [`Storage`].
+//!
+//! Owns the `STORE` format marker (refusing a newer one), set-name rules and
+//! the key layout (docs/FORMAT.md, "Layout"). Everything else reaches storage
+//! through a `Store`.
+
+use crate::error::{Error, Result};
+use crate::failpoint::FailPoints;
+use crate::format::parse_versioned;
+use crate::storage::{LocalStorage, PutOutcome, Storage};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// 1: initial layout.
+pub const STORE_VERSION: u32 = 1;
+const STORE_TAG: &str = "strata-store";
+const MARKER: &str = "STORE";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StoreMarker {
+    #[serde(rename = "type")]
+    tag: String,
+    version: u32,
+    created_ns: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Store {
+    storage: Arc<dyn Storage>,
+    failpoints: FailPoints,
+}
+
+/// Default local store: `$STRATA_STORE`, else `$XDG_DATA_HOME/strata`, else
+/// `~/.local/share/strata`.
+pub fn default_location() -> Result<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(p) = var("STRATA_STORE") {
+        return Ok(PathBuf::from(p));
+    }
+    if let Some(p) = var("XDG_DATA_HOME") {
+        return Ok(Path::new(&p).join("strata"));
+    }
+    let home = var("HOME").ok_or_else(|| {
+        Error::Invalid(
+            "no store given and neither STRATA_STORE, XDG_DATA_HOME nor HOME is set".into(),
+        )
+    })?;
+    Ok(Path::new(&home).join(".local/share/strata"))
+}
+
+impl Store {
+    /// Create the marker if absent; an existing store is opened (and checked).
+    pub fn init(storage: Arc<dyn Storage>) -> Result<(Store, bool)> {
+        let marker = StoreMarker {
+            tag: STORE_TAG.into(),
+            version: STORE_VERSION,
+            created_ns: crate::token::now_ns(),
+        };
+        let bytes =
+            serde_json::to_vec_pretty(&marker).map_err(|e| Error::Internal(e.to_string()))?;
+        let created = storage.put_if_absent(MARKER, &bytes)? == PutOutcome::Created;
+        Ok((Store::open(storage)?, created))
+    }
+
+    pub fn open(storage: Arc<dyn Storage>) -> Result<Store> {
+        let bytes = storage.get(MARKER, 1 << 20).map_err(|e| match e {
+            Error::NotFound { .. } => Error::Invalid(format!(
+                "no strata store here (run `strata init`): store=`{}`",
+                storage.describe()
+            )),
+            e => e,
+        })?;
+        let _: StoreMarker =
+            parse_versioned("store marker", MARKER, STORE_TAG, STORE_VERSION, &bytes)?;
+        Ok(Store {
+            storage,
+            failpoints: FailPoints::none(),
+        })
+    }
+
+    pub fn open_local(root: &Path) -> Result<Store> {
+        Store::open(Arc::new(LocalStorage::new(root)))
+    }
+
+    pub fn with_failpoints(mut self, failpoints: FailPoints) -> Store {
+        self.failpoints = failpoints;
+        self
+    }
+
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    pub fn failpoints(&self) -> &FailPoints {
+        &self.failpoints
+    }
+
+    /// Names of the sets that have at least one index record.
+    pub fn sets(&self) -> Result<Vec<String>> {
+        Ok(self
+            .storage
+            .list("sets")?
+            .into_iter()
+            .filter(|s| check_set_name(s).is_ok())
+            .collect())
+    }
+}
+
+/// Set names match `[a-z0-9][a-z0-9._-]{0,63}`.
+pub fn check_set_name(name: &str) -> Result<()> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(c));
+    if !ok {
+        return Err(Error::Invalid(format!(
+            "set names match [a-z0-9][a-z0-9._-]{{0,63}}: set=`{name}`"
+        )));
+    }
+    Ok(())
+}
+
+/// Key layout (docs/FORMAT.md, "Layout").
+pub mod keys {
+    pub fn manifest(name: &str) -> String {
+        format!("manifests/{name}.json")
+    }
+    pub fn segment(name: &str) -> String {
+        format!("segments/{}/{name}.parquet", &name[..2.min(name.len())])
+    }
+    pub fn pack(name: &str) -> String {
+        format!("packs/{}/{name}.pack", &name[..2.min(name.len())])
+    }
+    pub fn blob(digest_hex: &str) -> String {
+        format!(
+            "blobs/{}/{digest_hex}",
+            &digest_hex[..2.min(digest_hex.len())]
+        )
+    }
+    pub fn journal_dir(set: &str) -> String {
+        format!("journals/{set}")
+    }
+    pub fn writer_lease(set: &str) -> String {
+        format!("sets/{set}/WRITER.lease")
+    }
+    pub fn index_dir(set: &str) -> String {
+        format!("sets/{set}/index")
+    }
+    pub fn pin_dir(set: &str) -> String {
+        format!("pins/{set}")
+    }
+    pub fn staging_owner(token: &str) -> String {
+        format!("staging/{token}.owner")
+    }
+}
