@@ -1,0 +1,115 @@
+//! Shared test helpers: real directories, real stores, and snapshots of both
+//! in one comparable shape.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use strata::commit::{commit, CommitOptions, CommitSummary, Progress, Scope};
+use strata::compose::GenView;
+use strata::row::Kind;
+use strata::storage::LocalStorage;
+use strata::Store;
+
+/// What identity covers, per path: kind, mode, content or link target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: &'static str,
+    pub mode: u32,
+    pub data: Vec<u8>,
+}
+
+pub type Snapshot = BTreeMap<Vec<u8>, Entry>;
+
+pub fn new_store(dir: &Path) -> Store {
+    fs::create_dir_all(dir).unwrap();
+    Store::init(Arc::new(LocalStorage::new(dir))).unwrap().0
+}
+
+pub fn commit_dir(store: &Store, set: &str, dir: &Path) -> CommitSummary {
+    commit(store, &CommitOptions::new(set, dir), Arc::new(Progress::default())).unwrap()
+}
+
+pub fn commit_scoped(store: &Store, set: &str, dir: &Path, paths: &[&[u8]]) -> CommitSummary {
+    let mut o = CommitOptions::new(set, dir);
+    o.scope = Scope::from_paths(&paths.iter().map(|p| p.to_vec()).collect::<Vec<_>>()).unwrap();
+    commit(store, &o, Arc::new(Progress::default())).unwrap()
+}
+
+fn rel(root: &Path, p: &Path) -> Vec<u8> {
+    p.strip_prefix(root).unwrap().as_os_str().as_bytes().to_vec()
+}
+
+/// Snapshot a real directory tree (root included as `""`).
+pub fn snapshot_dir(root: &Path) -> Snapshot {
+    let mut out = Snapshot::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let md = fs::symlink_metadata(&p).unwrap();
+        let mode = md.mode() & 0o7777;
+        let key = rel(root, &p);
+        let entry = if md.is_dir() {
+            for e in fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+            Entry { kind: "dir", mode, data: Vec::new() }
+        } else if md.file_type().is_symlink() {
+            Entry { kind: "symlink", mode, data: fs::read_link(&p).unwrap().into_os_string().into_vec() }
+        } else {
+            Entry { kind: "file", mode, data: fs::read(&p).unwrap() }
+        };
+        out.insert(key, entry);
+    }
+    out
+}
+
+/// Snapshot a committed generation through the read path (content verified).
+pub fn snapshot_gen(store: &Store, set: &str, gen: Option<u64>) -> Snapshot {
+    let view = GenView::open(store, set, gen, "test").unwrap();
+    let mut out = Snapshot::new();
+    for row in view.rows().unwrap() {
+        let row = row.unwrap();
+        let data = match row.kind {
+            Kind::File => strata::blob::read(store, &row).unwrap(),
+            Kind::Symlink => row.target.clone().unwrap(),
+            _ => Vec::new(),
+        };
+        out.insert(row.path(), Entry { kind: row.kind.label(), mode: row.mode, data });
+    }
+    out
+}
+
+pub fn write(root: &Path, rel: &str, data: &[u8]) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, data).unwrap();
+}
+
+pub fn chmod(root: &Path, rel: &str, mode: u32) {
+    fs::set_permissions(root.join(rel), fs::Permissions::from_mode(mode)).unwrap();
+}
+
+pub fn os(b: &[u8]) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(b))
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_strata")
+}

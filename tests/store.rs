@@ -1,0 +1,243 @@
+//! Library-level behaviour of commit and read-back on real directories.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::os::unix::fs::symlink;
+use strata::compose::GenView;
+use strata::format::manifest::RepKind;
+use strata::index::GenIndex;
+
+#[test]
+fn round_trip_keeps_empty_dirs_symlinks_binary_names_and_modes() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "a/b/c.txt", b"hello");
+    write(&src, "zero", b"");
+    write(&src, "big.bin", &noise(7, 5 << 20));
+    write(&src, "packed-medium", &noise(8, 300 << 10));
+    write(&src, "compressible", &vec![b'z'; 200_000]);
+    fs::create_dir_all(src.join("empty/nested-empty")).unwrap();
+    symlink("a/b/c.txt", src.join("link")).unwrap();
+    symlink("../nowhere", src.join("a/dangling")).unwrap();
+    fs::write(src.join(os(b"name-\xff\xfe")), b"non-utf8").unwrap();
+    chmod(&src, "a/b/c.txt", 0o640);
+    chmod(&src, "zero", 0o4755);
+    let store = new_store(&st);
+    let s = commit_dir(&store, "rt", &src);
+    assert_eq!(s.generation, Some(1));
+    assert_eq!(snapshot_gen(&store, "rt", None), snapshot_dir(&src));
+}
+
+#[test]
+fn unchanged_tree_publishes_nothing_and_hashes_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    for i in 0..50 {
+        write(&src, &format!("d{}/f{i}", i % 5), &noise(i, 1000));
+    }
+    let store = new_store(&st);
+    commit_dir(&store, "s", &src);
+    let again = commit_dir(&store, "s", &src);
+    assert!(!again.published);
+    assert_eq!(again.hashed_files, 0);
+    assert_eq!(GenIndex::new(&store, "s").latest().unwrap().unwrap().generation, 1);
+}
+
+#[test]
+fn incremental_commit_hashes_only_changed_files() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    for i in 0..200 {
+        write(&src, &format!("d{}/f{i}", i % 10), &noise(i, 500));
+    }
+    let store = new_store(&st);
+    commit_dir(&store, "s", &src);
+    write(&src, "d3/f3", b"changed");
+    write(&src, "d4/new", b"new");
+    fs::remove_file(src.join("d5/f5")).unwrap();
+    let s = commit_dir(&store, "s", &src);
+    assert_eq!(s.hashed_files, 2);
+    assert_eq!((s.changes.added, s.changes.removed), (1, 1));
+    assert_eq!(snapshot_gen(&store, "s", None), snapshot_dir(&src));
+}
+
+#[test]
+fn delta_stays_proportional_to_the_change() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    for d in 0..200 {
+        let dir = src.join(format!("dir{d:03}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..1000 {
+            fs::write(dir.join(format!("f{f:04}")), format!("{d}/{f}")).unwrap();
+        }
+    }
+    let store = new_store(&st);
+    commit_dir(&store, "wide", &src);
+    for i in 0..10 {
+        fs::write(src.join(format!("dir{:03}/f{:04}", i * 17, i * 31)), format!("changed {i}")).unwrap();
+    }
+    let s = commit_dir(&store, "wide", &src);
+    assert_eq!(s.changes.changed, 10);
+    let view = GenView::open(&store, "wide", None, "test").unwrap();
+    let delta = view.delta.as_ref().expect("second generation is a delta");
+    assert_eq!(delta.kind(), RepKind::Delta);
+    assert_eq!(delta.manifest.counts.rows, 10, "only the changed rows are stored");
+    assert_eq!(view.base.manifest.counts.rows, 200_201);
+    assert_eq!(delta.manifest.counts.files, 200_000);
+}
+
+#[test]
+fn deltas_are_cumulative_over_the_base_and_track_removals() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "keep", b"k");
+    write(&src, "gone/deep/file", b"g");
+    let store = new_store(&st);
+    commit_dir(&store, "c", &src);
+    write(&src, "added1", b"1");
+    commit_dir(&store, "c", &src);
+    fs::remove_dir_all(src.join("gone")).unwrap();
+    write(&src, "added2", b"2");
+    commit_dir(&store, "c", &src);
+    let view = GenView::open(&store, "c", None, "test").unwrap();
+    let delta = view.delta.as_ref().unwrap();
+    assert_eq!(delta.manifest.base.as_ref().unwrap().generation, 1);
+    assert_eq!(snapshot_gen(&store, "c", None), snapshot_dir(&src));
+    assert_eq!(snapshot_gen(&store, "c", Some(1)).len(), 5);
+}
+
+#[test]
+fn equal_trees_have_equal_identities() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b, st) = (t.path().join("a"), t.path().join("b"), t.path().join("store"));
+    for root in [&a, &b] {
+        write(root, "x/y", b"same");
+        write(root, "z", &noise(3, 4000));
+        symlink("x/y", root.join("l")).unwrap();
+    }
+    let store = new_store(&st);
+    let ia = commit_dir(&store, "a", &a).identity.unwrap();
+    let ib = commit_dir(&store, "b", &b).identity.unwrap();
+    assert_eq!(ia, ib);
+    write(&a, "z", b"different");
+    let changed = commit_dir(&store, "a", &a).identity.unwrap();
+    assert_ne!(changed, ia);
+    write(&a, "z", &noise(3, 4000));
+    let back = commit_dir(&store, "a", &a).identity.unwrap();
+    assert_eq!(back, ia, "a delta generation equal to the base tree has the base's identity");
+}
+
+#[test]
+fn prefix_commit_leaves_everything_outside_untouched() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "in/a", b"a");
+    write(&src, "in/b", b"b");
+    write(&src, "out/c", b"c");
+    let store = new_store(&st);
+    commit_dir(&store, "p", &src);
+    let before = snapshot_gen(&store, "p", None);
+    write(&src, "out/c", b"changed outside");
+    write(&src, "out/new", b"new outside");
+    fs::remove_file(src.join("in/a")).unwrap();
+    write(&src, "in/n", b"new inside");
+    let s = commit_scoped(&store, "p", &src, &[b"in"]);
+    assert_eq!((s.changes.added, s.changes.removed), (1, 1));
+    let after = snapshot_gen(&store, "p", None);
+    for (k, v) in &before {
+        if !k.starts_with(b"in") {
+            assert_eq!(after.get(k), Some(v), "outside path {k:?} must be inherited");
+        }
+    }
+    assert!(after.contains_key(&b"in/n"[..]) && !after.contains_key(&b"in/a"[..]));
+    assert!(!after.contains_key(&b"out/new"[..]));
+}
+
+#[test]
+fn paths_from_list_observes_only_listed_paths() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    for i in 0..30 {
+        write(&src, &format!("d{}/f{i}", i % 3), &noise(i, 100));
+    }
+    let store = new_store(&st);
+    commit_dir(&store, "l", &src);
+    write(&src, "d0/f0", b"listed change");
+    write(&src, "d1/f1", b"unlisted change");
+    fs::remove_file(src.join("d2/f2")).unwrap();
+    write(&src, "new/dir/file", b"listed new");
+    let s = commit_scoped(&store, "l", &src, &[b"d0/f0", b"d2/f2", b"new/dir/file"]);
+    assert_eq!((s.changes.added, s.changes.removed), (3, 1), "new, new/dir, new/dir/file added; d2/f2 removed");
+    let g = snapshot_gen(&store, "l", None);
+    assert_eq!(g[&b"d0/f0"[..]].data, b"listed change");
+    assert_eq!(g[&b"d1/f1"[..]].data, noise(1, 100), "unlisted change is not observed");
+    assert!(!g.contains_key(&b"d2/f2"[..]));
+    assert_eq!(g[&b"new/dir/file"[..]].data, b"listed new");
+}
+
+#[test]
+fn replacing_a_directory_by_a_file_removes_its_subtree() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "x/deep/er/file", b"1");
+    write(&src, "x.sibling", b"2");
+    let store = new_store(&st);
+    commit_dir(&store, "r", &src);
+    fs::remove_dir_all(src.join("x")).unwrap();
+    write(&src, "x", b"now a file");
+    commit_dir(&store, "r", &src);
+    assert_eq!(snapshot_gen(&store, "r", None), snapshot_dir(&src));
+    fs::remove_file(src.join("x")).unwrap();
+    write(&src, "x/again", b"dir again");
+    commit_dir(&store, "r", &src);
+    assert_eq!(snapshot_gen(&store, "r", None), snapshot_dir(&src));
+}
+
+#[test]
+fn identical_content_is_stored_once() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    let big = noise(11, 2 << 20);
+    write(&src, "a", &big);
+    write(&src, "small", b"tiny content");
+    let store = new_store(&st);
+    let first = commit_dir(&store, "d", &src);
+    write(&src, "copy-of-a", &big);
+    write(&src, "copy-of-small", b"tiny content");
+    let second = commit_dir(&store, "d", &src);
+    assert!(first.new_bytes >= 2 << 20);
+    assert_eq!(second.new_bytes, 0, "copies of known content store no new bytes");
+    assert_eq!(snapshot_gen(&store, "d", None), snapshot_dir(&src));
+}
+
+#[test]
+fn forced_base_reads_the_same_as_the_delta_chain() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "a", b"1");
+    let store = new_store(&st);
+    commit_dir(&store, "b", &src);
+    write(&src, "b", b"2");
+    let mut o = strata::commit::CommitOptions::new("b", &src);
+    o.force_base = true;
+    let s = strata::commit::commit(&store, &o, Default::default()).unwrap();
+    assert_eq!(s.representation.as_deref(), Some("base"));
+    assert_eq!(snapshot_gen(&store, "b", None), snapshot_dir(&src));
+}
+
+#[test]
+fn spill_sort_with_tiny_budget_gives_the_same_generation() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    for i in 0..3000 {
+        write(&src, &format!("d{}/f{i}", i % 37), &noise(i, 64));
+    }
+    let store = new_store(&st);
+    let mut o = strata::commit::CommitOptions::new("s", &src);
+    o.budget = strata::spill::SortBudget { memory_bytes: 16 << 10, fan_in: 3 };
+    strata::commit::commit(&store, &o, Default::default()).unwrap();
+    assert_eq!(snapshot_gen(&store, "s", None), snapshot_dir(&src));
+}
