@@ -76,13 +76,22 @@ struct Merged {
     blobs: BTreeMap<String, u64>,
 }
 
+/// The journal facts a manifest records.
+struct Seal {
+    digest: String,
+    observed_ns: i64,
+}
+
 /// Merge the journal and, if anything changed, commit the new generation.
 pub fn publish(
     input: &PublishInput<'_>,
     journal: &Path,
 ) -> Result<(ChangeStats, Option<Published>)> {
     let mut reader = JournalReader::open(journal)?;
-    let seal = reader.seal().to_string();
+    let seal = Seal {
+        digest: reader.seal().to_string(),
+        observed_ns: reader.header().created_ns,
+    };
     check_journal_header(input, reader.header())?;
     let sort_dir = input.staging.join("sort");
     crate::storage::ensure_local_dir(&sort_dir)?;
@@ -295,7 +304,7 @@ fn commit_merged(
     input: &PublishInput<'_>,
     kind: RepKind,
     merged: Merged,
-    seal: String,
+    seal: Seal,
 ) -> Result<Published> {
     let store = input.store;
     let fp = store.failpoints();
@@ -346,7 +355,7 @@ fn build_manifest(
     kind: RepKind,
     merged: &Merged,
     segments: Vec<SegmentRef>,
-    seal: String,
+    seal: Seal,
 ) -> Result<Manifest> {
     let mut packs = Vec::with_capacity(merged.packs.len());
     for name in merged.packs.keys() {
@@ -396,8 +405,9 @@ fn build_manifest(
         packs,
         blobs,
         created_ns: crate::token::now_ns(),
+        observed_ns: seal.observed_ns,
         message: input.message.clone(),
-        journal: Some(seal),
+        journal: Some(seal.digest),
     })
 }
 

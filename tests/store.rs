@@ -38,11 +38,19 @@ fn unchanged_tree_publishes_nothing_and_hashes_nothing() {
         write(&src, &format!("d{}/f{i}", i % 5), &noise(i, 1000));
     }
     let store = new_store(&st);
+    settle();
     commit_dir(&store, "s", &src);
     let again = commit_dir(&store, "s", &src);
     assert!(!again.published);
     assert_eq!(again.hashed_files, 0);
-    assert_eq!(GenIndex::new(&store, "s").latest().unwrap().unwrap().generation, 1);
+    assert_eq!(
+        GenIndex::new(&store, "s")
+            .latest()
+            .unwrap()
+            .unwrap()
+            .generation,
+        1
+    );
 }
 
 #[test]
@@ -53,6 +61,7 @@ fn incremental_commit_hashes_only_changed_files() {
         write(&src, &format!("d{}/f{i}", i % 10), &noise(i, 500));
     }
     let store = new_store(&st);
+    settle();
     commit_dir(&store, "s", &src);
     write(&src, "d3/f3", b"changed");
     write(&src, "d4/new", b"new");
@@ -75,16 +84,24 @@ fn delta_stays_proportional_to_the_change() {
         }
     }
     let store = new_store(&st);
+    settle();
     commit_dir(&store, "wide", &src);
     for i in 0..10 {
-        fs::write(src.join(format!("dir{:03}/f{:04}", i * 17, i * 31)), format!("changed {i}")).unwrap();
+        fs::write(
+            src.join(format!("dir{:03}/f{:04}", i * 17, i * 31)),
+            format!("changed {i}"),
+        )
+        .unwrap();
     }
     let s = commit_dir(&store, "wide", &src);
     assert_eq!(s.changes.changed, 10);
     let view = GenView::open(&store, "wide", None, "test").unwrap();
     let delta = view.delta.as_ref().expect("second generation is a delta");
     assert_eq!(delta.kind(), RepKind::Delta);
-    assert_eq!(delta.manifest.counts.rows, 10, "only the changed rows are stored");
+    assert_eq!(
+        delta.manifest.counts.rows, 10,
+        "only the changed rows are stored"
+    );
     assert_eq!(view.base.manifest.counts.rows, 200_201);
     assert_eq!(delta.manifest.counts.files, 200_000);
 }
@@ -112,7 +129,11 @@ fn deltas_are_cumulative_over_the_base_and_track_removals() {
 #[test]
 fn equal_trees_have_equal_identities() {
     let t = tempfile::tempdir().unwrap();
-    let (a, b, st) = (t.path().join("a"), t.path().join("b"), t.path().join("store"));
+    let (a, b, st) = (
+        t.path().join("a"),
+        t.path().join("b"),
+        t.path().join("store"),
+    );
     for root in [&a, &b] {
         write(root, "x/y", b"same");
         write(root, "z", &noise(3, 4000));
@@ -127,7 +148,10 @@ fn equal_trees_have_equal_identities() {
     assert_ne!(changed, ia);
     write(&a, "z", &noise(3, 4000));
     let back = commit_dir(&store, "a", &a).identity.unwrap();
-    assert_eq!(back, ia, "a delta generation equal to the base tree has the base's identity");
+    assert_eq!(
+        back, ia,
+        "a delta generation equal to the base tree has the base's identity"
+    );
 }
 
 #[test]
@@ -149,7 +173,11 @@ fn prefix_commit_leaves_everything_outside_untouched() {
     let after = snapshot_gen(&store, "p", None);
     for (k, v) in &before {
         if !k.starts_with(b"in") {
-            assert_eq!(after.get(k), Some(v), "outside path {k:?} must be inherited");
+            assert_eq!(
+                after.get(k),
+                Some(v),
+                "outside path {k:?} must be inherited"
+            );
         }
     }
     assert!(after.contains_key(&b"in/n"[..]) && !after.contains_key(&b"in/a"[..]));
@@ -170,10 +198,18 @@ fn paths_from_list_observes_only_listed_paths() {
     fs::remove_file(src.join("d2/f2")).unwrap();
     write(&src, "new/dir/file", b"listed new");
     let s = commit_scoped(&store, "l", &src, &[b"d0/f0", b"d2/f2", b"new/dir/file"]);
-    assert_eq!((s.changes.added, s.changes.removed), (3, 1), "new, new/dir, new/dir/file added; d2/f2 removed");
+    assert_eq!(
+        (s.changes.added, s.changes.removed),
+        (3, 1),
+        "new, new/dir, new/dir/file added; d2/f2 removed"
+    );
     let g = snapshot_gen(&store, "l", None);
     assert_eq!(g[&b"d0/f0"[..]].data, b"listed change");
-    assert_eq!(g[&b"d1/f1"[..]].data, noise(1, 100), "unlisted change is not observed");
+    assert_eq!(
+        g[&b"d1/f1"[..]].data,
+        noise(1, 100),
+        "unlisted change is not observed"
+    );
     assert!(!g.contains_key(&b"d2/f2"[..]));
     assert_eq!(g[&b"new/dir/file"[..]].data, b"listed new");
 }
@@ -209,7 +245,10 @@ fn identical_content_is_stored_once() {
     write(&src, "copy-of-small", b"tiny content");
     let second = commit_dir(&store, "d", &src);
     assert!(first.new_bytes >= 2 << 20);
-    assert_eq!(second.new_bytes, 0, "copies of known content store no new bytes");
+    assert_eq!(
+        second.new_bytes, 0,
+        "copies of known content store no new bytes"
+    );
     assert_eq!(snapshot_gen(&store, "d", None), snapshot_dir(&src));
 }
 
@@ -237,7 +276,26 @@ fn spill_sort_with_tiny_budget_gives_the_same_generation() {
     }
     let store = new_store(&st);
     let mut o = strata::commit::CommitOptions::new("s", &src);
-    o.budget = strata::spill::SortBudget { memory_bytes: 16 << 10, fan_in: 3 };
+    o.budget = strata::spill::SortBudget {
+        memory_bytes: 16 << 10,
+        fan_in: 3,
+    };
     strata::commit::commit(&store, &o, Default::default()).unwrap();
     assert_eq!(snapshot_gen(&store, "s", None), snapshot_dir(&src));
+}
+
+#[test]
+fn same_size_rewrites_in_quick_succession_are_all_committed() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    let store = new_store(&st);
+    for round in 0..20u8 {
+        write(&src, "f", &[round; 16]);
+        commit_dir(&store, "racy", &src);
+        assert_eq!(
+            snapshot_gen(&store, "racy", None)[&b"f"[..]].data,
+            vec![round; 16],
+            "round {round}"
+        );
+    }
 }

@@ -20,6 +20,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+/// Timestamp granularity margin: a file modified this close to (or after)
+/// the moment the parent generation's walk started may have changed again
+/// within the same timestamp tick, so its stat cannot prove it unchanged.
+/// 100 ms covers jiffy-granular kernel clocks; see docs/FORMAT.md.
+pub(crate) const RACY_MARGIN_NS: i64 = 100_000_000;
+
 /// What the walk hands to ingest.
 pub(crate) enum Event {
     /// A finished row (directory, symlink, tombstone) for the journal.
@@ -38,6 +44,8 @@ pub(crate) struct Walker<'a> {
     generation: u64,
     emit: &'a mut dyn FnMut(Event) -> Result<()>,
     pub stats: WalkStats,
+    /// Parent rows whose mtime or ctime is not before this are re-hashed.
+    racy_from_ns: i64,
     heap: BinaryHeap<Reverse<Vec<u8>>>,
 }
 
@@ -66,7 +74,11 @@ impl<'a> Walker<'a> {
         generation: u64,
         emit: &'a mut dyn FnMut(Event) -> Result<()>,
     ) -> Walker<'a> {
+        let racy_from_ns = parent.map_or(i64::MIN, |p| {
+            p.top().manifest.observed_ns.saturating_sub(RACY_MARGIN_NS)
+        });
         Walker {
+            racy_from_ns,
             root: root.to_path_buf(),
             parent,
             generation,
@@ -269,13 +281,7 @@ impl<'a> Walker<'a> {
 
     fn observe_file(&mut self, row: Row, prev: Option<Row>) -> Result<()> {
         if let Some(p) = &prev {
-            let same = p.kind == Kind::File
-                && p.size == row.size
-                && p.mtime_ns == row.mtime_ns
-                && p.ino == row.ino
-                && p.ctime_ns == row.ctime_ns
-                && p.mode == row.mode;
-            if same {
+            if stat_proves_unchanged(p, &row, self.racy_from_ns) {
                 self.stats.unchanged_files += 1;
                 return Ok(());
             }
@@ -356,6 +362,20 @@ impl<'a> Walker<'a> {
 
 use std::os::unix::ffi::OsStringExt;
 
+/// True when the walk's stat proves a file equals its parent row: same
+/// kind, size, mtime ns, inode, ctime ns and mode, and the parent row was
+/// settled (not modified within the racy margin of the parent's walk).
+pub(crate) fn stat_proves_unchanged(prev: &Row, now: &Row, racy_from_ns: i64) -> bool {
+    let settled = prev.mtime_ns.max(prev.ctime_ns) < racy_from_ns;
+    settled
+        && prev.kind == Kind::File
+        && prev.size == now.size
+        && prev.mtime_ns == now.mtime_ns
+        && prev.ino == now.ino
+        && prev.ctime_ns == now.ctime_ns
+        && prev.mode == now.mode
+}
+
 fn gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
 }
@@ -372,4 +392,66 @@ fn ancestors_of(path: &[u8]) -> Vec<Vec<u8>> {
         out.clear();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(mtime: i64, ctime: i64) -> Row {
+        let mut r = Row::tombstone(Vec::new(), b"f".to_vec());
+        r.kind = Kind::File;
+        r.size = 16;
+        r.mtime_ns = mtime;
+        r.ctime_ns = ctime;
+        r.ino = 7;
+        r
+    }
+
+    #[test]
+    fn settled_identical_stat_proves_unchanged() {
+        let parent_walk = 10_000_000_000;
+        let prev = file(1_000, 2_000);
+        assert!(stat_proves_unchanged(
+            &prev,
+            &prev.clone(),
+            parent_walk - RACY_MARGIN_NS
+        ));
+    }
+
+    #[test]
+    fn a_file_touched_near_the_parent_walk_is_never_trusted() {
+        let parent_walk = 10_000_000_000;
+        let racy_from = parent_walk - RACY_MARGIN_NS;
+        for t in [racy_from, parent_walk - 1, parent_walk, parent_walk + 5] {
+            let prev = file(t - 3, t);
+            assert!(
+                !stat_proves_unchanged(&prev, &prev.clone(), racy_from),
+                "ctime={t}"
+            );
+            let prev = file(t, 0);
+            assert!(
+                !stat_proves_unchanged(&prev, &prev.clone(), racy_from),
+                "mtime={t}"
+            );
+        }
+    }
+
+    #[test]
+    fn any_stat_difference_means_rehash() {
+        let prev = file(1_000, 2_000);
+        let mut now = prev.clone();
+        now.ino = 8;
+        assert!(!stat_proves_unchanged(&prev, &now, i64::MAX));
+    }
+
+    #[test]
+    fn ancestors_are_listed_root_first() {
+        assert_eq!(
+            ancestors_of(b"a/b/c"),
+            vec![b"".to_vec(), b"a".to_vec(), b"a/b".to_vec()]
+        );
+        assert_eq!(ancestors_of(b"top"), vec![b"".to_vec()]);
+        assert!(ancestors_of(b"").is_empty());
+    }
 }

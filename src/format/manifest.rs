@@ -91,6 +91,9 @@ pub struct Manifest {
     /// Standalone blobs referenced by this representation's rows (BLAKE3 names).
     pub blobs: Vec<FileRef>,
     pub created_ns: i64,
+    /// When the walk that produced this generation started. Files whose
+    /// mtime or ctime is not clearly before it are re-hashed next time.
+    pub observed_ns: i64,
     #[serde(default)]
     pub message: Option<String>,
     /// BLAKE3 seal of the journal this was published from.

@@ -31,7 +31,12 @@ pub fn new_store(dir: &Path) -> Store {
 }
 
 pub fn commit_dir(store: &Store, set: &str, dir: &Path) -> CommitSummary {
-    commit(store, &CommitOptions::new(set, dir), Arc::new(Progress::default())).unwrap()
+    commit(
+        store,
+        &CommitOptions::new(set, dir),
+        Arc::new(Progress::default()),
+    )
+    .unwrap()
 }
 
 pub fn commit_scoped(store: &Store, set: &str, dir: &Path, paths: &[&[u8]]) -> CommitSummary {
@@ -41,7 +46,11 @@ pub fn commit_scoped(store: &Store, set: &str, dir: &Path, paths: &[&[u8]]) -> C
 }
 
 fn rel(root: &Path, p: &Path) -> Vec<u8> {
-    p.strip_prefix(root).unwrap().as_os_str().as_bytes().to_vec()
+    p.strip_prefix(root)
+        .unwrap()
+        .as_os_str()
+        .as_bytes()
+        .to_vec()
 }
 
 /// Snapshot a real directory tree (root included as `""`).
@@ -56,11 +65,23 @@ pub fn snapshot_dir(root: &Path) -> Snapshot {
             for e in fs::read_dir(&p).unwrap() {
                 stack.push(e.unwrap().path());
             }
-            Entry { kind: "dir", mode, data: Vec::new() }
+            Entry {
+                kind: "dir",
+                mode,
+                data: Vec::new(),
+            }
         } else if md.file_type().is_symlink() {
-            Entry { kind: "symlink", mode, data: fs::read_link(&p).unwrap().into_os_string().into_vec() }
+            Entry {
+                kind: "symlink",
+                mode,
+                data: fs::read_link(&p).unwrap().into_os_string().into_vec(),
+            }
         } else {
-            Entry { kind: "file", mode, data: fs::read(&p).unwrap() }
+            Entry {
+                kind: "file",
+                mode,
+                data: fs::read(&p).unwrap(),
+            }
         };
         out.insert(key, entry);
     }
@@ -78,7 +99,14 @@ pub fn snapshot_gen(store: &Store, set: &str, gen: Option<u64>) -> Snapshot {
             Kind::Symlink => row.target.clone().unwrap(),
             _ => Vec::new(),
         };
-        out.insert(row.path(), Entry { kind: row.kind.label(), mode: row.mode, data });
+        out.insert(
+            row.path(),
+            Entry {
+                kind: row.kind.label(),
+                mode: row.mode,
+                data,
+            },
+        );
     }
     out
 }
@@ -112,4 +140,9 @@ pub fn noise(seed: u64, len: usize) -> Vec<u8> {
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_strata")
+}
+
+/// Let the racy-timestamp margin pass so files written so far count as settled.
+pub fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(150));
 }

@@ -1,0 +1,428 @@
+//! The `strata` binary as users and operators drive it: crashes at every
+//! durability step, injected I/O errors, corruption, contention, bad input.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Output};
+use strata::failpoint::Step;
+
+fn strata(store: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn strata_env(store: &Path, args: &[&str], env: (&str, &str)) -> Output {
+    Command::new(bin())
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .env(env.0, env.1)
+        .output()
+        .unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn latest(store: &Path, set: &str) -> u64 {
+    let out = ok(&strata(store, &["log", "--set", set, "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v[0]["generation"].as_u64().unwrap()
+}
+
+fn setup(t: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (src, st) = (t.join("src"), t.join("store"));
+    for i in 0..40 {
+        write(&src, &format!("d{}/f{i}", i % 4), &noise(i, 2000));
+    }
+    write(&src, "large", &noise(99, 3 << 20));
+    ok(&strata(&st, &["init"]));
+    ok(&strata(
+        &st,
+        &["commit", "--set", "s", src.to_str().unwrap()],
+    ));
+    (src, st)
+}
+
+fn verify_clean(st: &Path) {
+    let out = ok(&strata(st, &["verify", "--all"]));
+    assert!(out.contains("\nok"), "{out}");
+}
+
+#[test]
+fn kill_at_every_durability_step_keeps_the_last_committed_generation() {
+    for step in Step::ALL {
+        let t = tempfile::tempdir().unwrap();
+        let (src, st) = setup(t.path());
+        write(&src, "d1/f1", b"changed before the crash");
+        write(&src, "large", &noise(100, 3 << 20));
+        let spec = format!("{}=kill", step.name());
+        let o = strata_env(
+            &st,
+            &["commit", "--set", "s", src.to_str().unwrap()],
+            ("STRATA_FAILPOINTS", &spec),
+        );
+        assert_eq!(
+            o.status.signal(),
+            Some(9),
+            "step {step} must be reached and kill the child"
+        );
+        let visible = latest(&st, "s");
+        let committed_before_kill =
+            matches!(step, Step::Committed | Step::LatestAdvanced | Step::Cleaned);
+        assert_eq!(
+            visible,
+            if committed_before_kill { 2 } else { 1 },
+            "after kill at {step}"
+        );
+        verify_clean(&st);
+        write(&src, "d2/f2", b"next commit");
+        ok(&strata(
+            &st,
+            &["commit", "--set", "s", src.to_str().unwrap()],
+        ));
+        assert_eq!(
+            latest(&st, "s"),
+            visible + 1,
+            "next commit after kill at {step}"
+        );
+        verify_clean(&st);
+        let got = ok(&strata(&st, &["cat", "--set", "s", "d2/f2"]));
+        assert_eq!(got, "next commit");
+        assert!(
+            fs::read_dir(st.join("staging")).unwrap().all(|e| !e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".owner")),
+            "residue cleaned after {step}"
+        );
+    }
+}
+
+#[test]
+fn injected_io_errors_at_every_step_fail_cleanly() {
+    for errno in ["eio", "enospc", "exdev"] {
+        for step in [
+            Step::BlobsDurable,
+            Step::JournalSealed,
+            Step::SegmentsWritten,
+            Step::ManifestWritten,
+            Step::Prepared,
+        ] {
+            let t = tempfile::tempdir().unwrap();
+            let (src, st) = setup(t.path());
+            write(&src, "d0/f0", b"changed");
+            let spec = format!("{}={errno}", step.name());
+            let o = strata_env(
+                &st,
+                &["commit", "--set", "s", src.to_str().unwrap()],
+                ("STRATA_FAILPOINTS", &spec),
+            );
+            assert_eq!(o.status.code(), Some(5), "{step}={errno}");
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains(step.name()), "error names the step: {err}");
+            assert_eq!(latest(&st, "s"), 1);
+            verify_clean(&st);
+            ok(&strata(
+                &st,
+                &["commit", "--set", "s", src.to_str().unwrap()],
+            ));
+            assert_eq!(latest(&st, "s"), 2);
+        }
+    }
+}
+
+fn flip_byte(path: &Path, at: usize) {
+    let mut b = fs::read(path).unwrap();
+    let i = at.min(b.len() - 1);
+    b[i] ^= 0x40;
+    fs::write(path, b).unwrap();
+}
+
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Offset of a packed file's frame inside its pack.
+fn frame_offset(st: &Path, path: &[u8]) -> usize {
+    let store = strata::Store::open_local(st).unwrap();
+    let view = strata::compose::GenView::open(&store, "s", None, "test").unwrap();
+    match view.lookup(path).unwrap().unwrap().blob {
+        strata::row::BlobLoc::Packed { offset, .. } => offset as usize,
+        other => panic!("not packed: {other:?}"),
+    }
+}
+
+#[test]
+fn a_flipped_byte_anywhere_is_caught_by_verify_and_by_cat() {
+    for what in ["segments", "packs", "blobs", "manifests"] {
+        let t = tempfile::tempdir().unwrap();
+        let (_src, st) = setup(t.path());
+        let at = if what == "packs" {
+            frame_offset(&st, b"d1/f1") + 1
+        } else {
+            100
+        };
+        for f in files_under(&st.join(what)) {
+            flip_byte(&f, at);
+        }
+        let v = strata(&st, &["verify", "--all"]);
+        assert_eq!(
+            v.status.code(),
+            Some(1),
+            "verify must fail for corrupt {what}"
+        );
+        assert!(
+            String::from_utf8_lossy(&v.stdout).contains("PROBLEM"),
+            "{what}"
+        );
+        let target = if what == "blobs" { "large" } else { "d1/f1" };
+        let c = strata(&st, &["cat", "--set", "s", target]);
+        assert!(!c.status.success(), "cat must refuse corrupt {what}");
+        assert!(
+            c.stdout.is_empty(),
+            "no bytes of a corrupt {what} are served"
+        );
+        assert!(
+            String::from_utf8_lossy(&c.stderr).contains("corrupt"),
+            "{what}: {}",
+            String::from_utf8_lossy(&c.stderr)
+        );
+    }
+}
+
+#[test]
+fn newer_formats_are_refused_with_a_clear_message() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st) = setup(t.path());
+    let marker = fs::read_to_string(st.join("STORE")).unwrap();
+    fs::write(
+        st.join("STORE"),
+        marker.replace("\"version\": 1", "\"version\": 9"),
+    )
+    .unwrap();
+    let o = strata(&st, &["log", "--set", "s"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("newer format") && err.contains("found=9"),
+        "{err}"
+    );
+}
+
+#[test]
+fn oversized_pointer_is_refused_before_it_is_read() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st) = setup(t.path());
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(st.join("sets/s/LATEST"))
+        .unwrap();
+    f.set_len(2 << 20).unwrap();
+    let o = strata(&st, &["log", "--set", "s"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("COMMITTED"),
+        "log lists records without the hint: {out}"
+    );
+    let o = strata(&st, &["ls", "--set", "s"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("too large"), "{err}");
+}
+
+#[test]
+fn a_second_commit_fails_fast_naming_the_holder_or_waits() {
+    use strata::storage::{Storage, TryLease};
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = setup(t.path());
+    write(&src, "d0/f0", b"x");
+    let storage = strata::storage::LocalStorage::new(&st);
+    let TryLease::Acquired(lease) = storage
+        .lease("sets/s/WRITER.lease", "test-holder pid=42", false)
+        .unwrap()
+    else {
+        panic!()
+    };
+    let o = strata(&st, &["commit", "--set", "s", src.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("test-holder pid=42"));
+    let child = Command::new(bin())
+        .arg("--store")
+        .arg(&st)
+        .args(["commit", "--wait", "--set", "s", src.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(lease);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(latest(&st, "s"), 2);
+}
+
+#[test]
+fn bad_paths_and_names_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = setup(t.path());
+    let o = strata(
+        &st,
+        &[
+            "commit",
+            "--set",
+            "s",
+            "--prefix",
+            "../etc",
+            src.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains(".."));
+    let o = strata(&st, &["cat", "--set", "s", "d0/../../x"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = strata(&st, &["commit", "--set", "Bad/Name", src.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let long = "x".repeat(300);
+    let o = strata(&st, &["cat", "--set", "s", &long]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("name is too large"));
+}
+
+#[test]
+fn unreadable_files_fail_the_commit_unless_skipped() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "ok", b"fine");
+    write(&src, "secret", b"no access");
+    ok(&strata(&st, &["init"]));
+    chmod(&src, "secret", 0o000);
+    Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(t.path())
+        .status()
+        .unwrap();
+    let as_nobody = |extra: &[&str]| {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            bin(),
+            "--store",
+        ])
+        .arg(&st)
+        .args(["commit", "--set", "u"])
+        .args(extra)
+        .arg(&src);
+        c.output().unwrap()
+    };
+    let o = as_nobody(&[]);
+    assert_eq!(
+        o.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("secret") && err.contains("nothing was published"),
+        "{err}"
+    );
+    assert!(
+        !strata(&st, &["log", "--set", "u"]).status.success(),
+        "no generation was published"
+    );
+    let o = as_nobody(&["--skip-unreadable"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("skipped unreadable: secret"));
+    let ls = ok(&strata(&st, &["ls", "--set", "u"]));
+    assert!(ls.contains("ok") && !ls.contains("secret"), "{ls}");
+}
+
+#[test]
+fn special_files_are_skipped_with_a_counted_warning() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "regular", b"r");
+    assert!(Command::new("mkfifo")
+        .arg(src.join("fifo"))
+        .status()
+        .unwrap()
+        .success());
+    ok(&strata(&st, &["init"]));
+    let o = strata(&st, &["commit", "--set", "f", src.to_str().unwrap()]);
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("skipped 1 special file"));
+}
+
+#[test]
+fn commit_json_and_log_json_have_the_documented_fields() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = setup(t.path());
+    write(&src, "d0/f0", b"y");
+    let out = ok(&strata(
+        &st,
+        &[
+            "commit",
+            "--set",
+            "s",
+            "--json",
+            "-m",
+            "msg",
+            src.to_str().unwrap(),
+        ],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["generation"], 2);
+    assert_eq!(v["changed"], 1);
+    let log: serde_json::Value =
+        serde_json::from_str(&ok(&strata(&st, &["log", "--set", "s", "--json"]))).unwrap();
+    for key in [
+        "generation",
+        "representation",
+        "base",
+        "identity",
+        "files",
+        "bytes",
+        "message",
+    ] {
+        assert!(log[0].get(key).is_some(), "log --json lacks {key}");
+    }
+    assert_eq!(log[0]["representation"], "delta");
+    assert_eq!(log[0]["base"], 1);
+    let diff: serde_json::Value = serde_json::from_str(&ok(&strata(
+        &st,
+        &["diff", "--set", "s", "1", "2", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(
+        diff.as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["change"] == "changed" && e["path"] == "d0/f0")
+            .count(),
+        1
+    );
+}
