@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs (on a fresh Debian machine) and runs it:
+# format check, clippy with warnings denied, every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() { # need COMMAND DEBIAN-PACKAGE
+    command -v "$1" >/dev/null 2>&1 && return
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2"
+    else
+        echo "missing $1: install the Debian package $2" >&2; exit 1
+    fi
+}
+need setpriv util-linux   # unreadable-file tests run the CLI as an unprivileged user
+need mkfifo coreutils     # special-file tests
+command -v cargo >/dev/null || { echo "cargo is required (rustup)" >&2; exit 1; }
+rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt 2>/dev/null || true
+
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
