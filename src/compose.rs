@@ -22,6 +22,8 @@ const SEGMENT_CACHE: usize = 4;
 const GROUP_CACHE: usize = 32;
 
 type Key = (Vec<u8>, Vec<u8>);
+/// Decoded row groups by (segment, group).
+type GroupCache = Lru<(usize, usize), Arc<Vec<Row>>>;
 
 struct Lru<K, V> {
     cap: usize,
@@ -81,7 +83,7 @@ pub struct Representation {
     pub manifest: Manifest,
     bounds: Vec<(Key, Key)>,
     segments: Mutex<Lru<usize, Arc<Segment>>>,
-    groups: Mutex<Lru<(usize, usize), Arc<Vec<Row>>>>,
+    groups: Mutex<GroupCache>,
 }
 
 impl Representation {

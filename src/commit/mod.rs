@@ -23,7 +23,7 @@ use crate::spill::SortBudget;
 use crate::storage::{Lease, LeaseState, TryLease};
 use crate::store::{check_set_name, keys, Store};
 use crossbeam_channel::bounded;
-use ingest::{hash_job, spawn_sink, DedupIndex, HashJob, SinkMsg};
+use ingest::{hash_job, spawn_sink, DedupIndex, SinkMsg};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -411,7 +411,7 @@ fn observe(
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let job = match ev {
                 Event::Row(r) => return tx.send(SinkMsg::Journal(r)).map_err(|_| sink_gone()),
-                Event::Hash { row, abs, prev } => HashJob { row, abs, prev },
+                Event::Hash(job) => job,
             };
             if dedup.get().is_none() {
                 let _ = dedup.set(build_dedup(parent)?);

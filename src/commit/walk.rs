@@ -7,6 +7,7 @@
 //! mtime ns, inode, ctime ns and mode) produce nothing; changed or new files
 //! become hash jobs; directories, symlinks and removals become journal rows.
 
+use super::ingest::HashJob;
 use super::{Scope, WalkStats};
 use crate::compose::GenView;
 use crate::error::{Error, Result};
@@ -27,15 +28,14 @@ use std::path::{Path, PathBuf};
 pub(crate) const RACY_MARGIN_NS: i64 = 100_000_000;
 
 /// What the walk hands to ingest.
+// Both variants are moved exactly once, from the walk into a channel or a
+// hash job; boxing either would cost an allocation per entry for nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Event {
     /// A finished row (directory, symlink, tombstone) for the journal.
     Row(Row),
     /// A file whose content must be read; `row` carries the walk's stat.
-    Hash {
-        row: Row,
-        abs: PathBuf,
-        prev: Option<Row>,
-    },
+    Hash(HashJob),
 }
 
 pub(crate) struct Walker<'a> {
@@ -287,7 +287,7 @@ impl<'a> Walker<'a> {
             }
         }
         let abs = self.abs(&row.path());
-        (self.emit)(Event::Hash { row, abs, prev })
+        (self.emit)(Event::Hash(HashJob { row, abs, prev }))
     }
 
     fn observe_symlink(&mut self, mut row: Row, prev: Option<Row>) -> Result<()> {
