@@ -226,6 +226,7 @@ impl MergeState {
                 self.removed.insert(j.path());
                 None
             }
+            Some(j) if o.as_ref().is_some_and(|o| o.same_observation(&j)) => o.clone(),
             Some(j) => {
                 if j.kind != Kind::Dir && o.as_ref().is_some_and(|o| o.kind == Kind::Dir) {
                     self.removed.insert(j.path());

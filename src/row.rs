@@ -149,6 +149,15 @@ impl Row {
         self.parent.is_empty() && self.name.is_empty()
     }
 
+    /// Same observation: equal in everything but provenance and blob
+    /// location, so the older row stands (a re-hash that found nothing new).
+    pub fn same_observation(&self, other: &Row) -> bool {
+        self.same_content(other)
+            && self.mtime_ns == other.mtime_ns
+            && self.ino == other.ino
+            && self.ctime_ns == other.ctime_ns
+    }
+
     /// Same logical content (what identity covers) as `other`.
     pub fn same_content(&self, other: &Row) -> bool {
         self.kind == other.kind

@@ -299,3 +299,21 @@ fn same_size_rewrites_in_quick_succession_are_all_committed() {
         );
     }
 }
+
+#[test]
+fn rehashing_an_unchanged_file_changes_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    for i in 0..20 {
+        write(&src, &format!("f{i}"), &noise(i, 700));
+    }
+    let store = new_store(&st);
+    commit_dir(&store, "h", &src);
+    // Written just before the commit: inside the racy margin, so re-hashed.
+    let again = commit_dir(&store, "h", &src);
+    assert_eq!(again.hashed_files, 20, "racy files are re-hashed");
+    assert!(
+        !again.published,
+        "identical observations publish nothing: {again:?}"
+    );
+}
