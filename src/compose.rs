@@ -229,6 +229,27 @@ impl Representation {
         Ok(c)
     }
 
+    /// Every content digest with its location, decoding only those columns.
+    pub fn blob_refs(
+        &self,
+        mut f: impl FnMut([u8; 32], crate::row::BlobLoc) -> bool,
+    ) -> Result<()> {
+        let mut buf = Vec::with_capacity(crate::format::segment::GROUP_ROWS);
+        for i in 0..self.bounds.len() {
+            let seg = self.segment(i)?;
+            for g in 0..seg.group_count() {
+                buf.clear();
+                seg.read_blob_refs(g, &mut buf)?;
+                for (d, loc) in buf.drain(..) {
+                    if !f(d, loc) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every row in key order.
     pub fn rows(&self) -> Result<Cursor<'_>> {
         let mut c = Cursor {

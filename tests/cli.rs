@@ -256,6 +256,33 @@ fn oversized_pointer_is_refused_before_it_is_read() {
 }
 
 #[test]
+fn oversized_manifest_is_refused_before_it_is_read() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st) = setup(t.path());
+    for m in files_under(&st.join("manifests")) {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&m)
+            .unwrap()
+            .set_len(65 << 20)
+            .unwrap();
+    }
+    for args in [
+        &["ls", "--set", "s"][..],
+        &["cat", "--set", "s", "d0/f0"][..],
+    ] {
+        let o = strata(&st, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("too large") && err.contains("limit=67108864"),
+            "{err}"
+        );
+    }
+    let v = strata(&st, &["verify"]);
+    assert_eq!(v.status.code(), Some(1));
+}
+
+#[test]
 fn a_second_commit_fails_fast_naming_the_holder_or_waits() {
     use strata::storage::{Storage, TryLease};
     let t = tempfile::tempdir().unwrap();

@@ -18,13 +18,14 @@ use crate::failpoint::Step;
 use crate::format::journal::{JournalHeader, JournalWriter};
 use crate::index::GenIndex;
 use crate::publish::{publish, ChangeStats, PublishInput, Published};
-use crate::row::{is_under, normalize};
+use crate::row::normalize;
 use crate::spill::SortBudget;
 use crate::storage::{Lease, LeaseState, TryLease};
 use crate::store::{check_set_name, keys, Store};
 use crossbeam_channel::bounded;
 use ingest::{hash_job, spawn_sink, DedupIndex, SinkMsg};
 use serde::Serialize;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
@@ -56,13 +57,19 @@ impl Scope {
         }
         paths.sort();
         paths.dedup();
-        let mut kept: Vec<Vec<u8>> = Vec::with_capacity(paths.len());
+        let mut kept: HashSet<Vec<u8>> = HashSet::with_capacity(paths.len());
+        let mut out = Vec::with_capacity(paths.len());
         for p in paths {
-            if !kept.iter().any(|k| is_under(&p, k)) {
-                kept.push(p);
+            let covered = p
+                .iter()
+                .enumerate()
+                .any(|(i, &c)| c == b'/' && kept.contains(&p[..i]));
+            if !covered {
+                kept.insert(p.clone());
+                out.push(p);
             }
         }
-        Ok(Scope::Paths(kept))
+        Ok(Scope::Paths(out))
     }
 }
 
@@ -128,6 +135,10 @@ pub struct CommitSummary {
     pub skipped_special: u64,
     pub skipped_unreadable: Vec<String>,
     pub warnings: Vec<String>,
+    /// Time spent walking and ingesting (ends when the journal is sealed).
+    pub observe_ms: u64,
+    /// Time spent sorting, merging, writing and committing.
+    pub publish_ms: u64,
     pub duration_ms: u64,
 }
 
@@ -297,6 +308,8 @@ fn empty_summary(opts: &CommitOptions, parent: Option<u64>) -> CommitSummary {
         skipped_special: 0,
         skipped_unreadable: Vec::new(),
         warnings: Vec::new(),
+        observe_ms: 0,
+        publish_ms: 0,
         duration_ms: 0,
     }
 }
@@ -325,6 +338,7 @@ fn observe_and_publish(
         owner: token.to_string(),
         created_ns: crate::token::now_ns(),
     };
+    let started = Instant::now();
     let journal = JournalWriter::create(journal_path, &header)?;
     let (walk, journal) = observe(store, opts, parent, generation, staging, journal, progress)?;
     record_walk(summary, walk, progress, opts.skip_unreadable)?;
@@ -332,6 +346,7 @@ fn observe_and_publish(
     let records = journal.count();
     journal.seal()?;
     store.failpoints().hit(Step::JournalSealed)?;
+    summary.observe_ms = started.elapsed().as_millis() as u64;
     if records == 0 {
         return Ok(());
     }
@@ -347,6 +362,7 @@ fn observe_and_publish(
         budget: opts.budget,
     };
     let (changes, published) = publish(&input, journal_path)?;
+    summary.publish_ms = started.elapsed().as_millis() as u64 - summary.observe_ms;
     summary.changes = changes;
     summary.new_bytes = progress
         .stored_bytes
@@ -425,7 +441,7 @@ fn observe(
             });
             Ok(())
         };
-        let mut walker = Walker::new(&opts.dir, parent, generation, &mut emit);
+        let mut walker = Walker::new(&opts.dir, parent, generation, &mut emit, &progress.walked);
         let res = walker.run(&opts.scope);
         let stats = std::mem::take(&mut walker.stats);
         res.map(|()| stats)
@@ -444,17 +460,15 @@ fn sink_gone() -> Error {
 }
 
 /// Content index of the parent for deduplication, bounded in entries.
+/// Base rows a delta overrides still name blobs the base keeps reachable.
 fn build_dedup(parent: Option<&GenView>) -> Result<DedupIndex> {
     let mut idx = DedupIndex::new();
     let Some(p) = parent else { return Ok(idx) };
-    for row in p.rows()? {
-        let row = row?;
-        if let (Some(d), true) = (row.digest, row.blob != crate::row::BlobLoc::None) {
-            idx.insert(d, row.blob);
-            if idx.len() >= DEDUP_MAX_ENTRIES {
-                break;
-            }
-        }
+    for rep in std::iter::once(&p.base).chain(p.delta.as_ref()) {
+        rep.blob_refs(|d, loc| {
+            idx.insert(d, loc);
+            idx.len() < DEDUP_MAX_ENTRIES
+        })?;
     }
     Ok(idx)
 }

@@ -12,6 +12,7 @@ use super::{Scope, WalkStats};
 use crate::compose::GenView;
 use crate::error::{Error, Result};
 use crate::row::{check_path_len, join, split, BlobLoc, Kind, Row};
+use crossbeam_channel::{bounded, Sender};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 use std::ffi::OsStr;
@@ -20,12 +21,64 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 
 /// Timestamp granularity margin: a file modified this close to (or after)
 /// the moment the parent generation's walk started may have changed again
 /// within the same timestamp tick, so its stat cannot prove it unchanged.
 /// 100 ms covers jiffy-granular kernel clocks; see docs/FORMAT.md.
 pub(crate) const RACY_MARGIN_NS: i64 = 100_000_000;
+
+/// Listings the lister may run ahead of the walker.
+const LISTING_QUEUE: usize = 64;
+
+/// One directory as listed: entries sorted by name, each stat'ed relative
+/// to the open directory (`statx(dirfd, name, AT_SYMLINK_NOFOLLOW)`).
+pub(crate) struct Listing {
+    dir: Vec<u8>,
+    entries: io::Result<Vec<(Vec<u8>, io::Result<Metadata>)>>,
+}
+
+fn list_one(root: &Path, dir: &[u8]) -> Listing {
+    let abs = if dir.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(OsStr::from_bytes(dir))
+    };
+    let entries = fs::read_dir(abs).and_then(|rd| {
+        let mut names = rd
+            .map(|e| e.map(|e| (e.file_name().as_bytes().to_vec(), e)))
+            .collect::<io::Result<Vec<_>>>()?;
+        names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(names.into_iter().map(|(n, e)| (n, e.metadata())).collect())
+    });
+    Listing {
+        dir: dir.to_vec(),
+        entries,
+    }
+}
+
+/// The lister: reads and stats directories in key order (a min-heap of
+/// paths, so the walker meets the parent's rows sequentially), running on its
+/// own thread ahead of the walker. It descends exactly where the walker
+/// records a directory: a directory entry whose path is within limits.
+fn list_tree(root: &Path, seeds: Vec<Vec<u8>>, tx: Sender<Listing>) {
+    let mut heap: BinaryHeap<Reverse<Vec<u8>>> = seeds.into_iter().map(Reverse).collect();
+    while let Some(Reverse(dir)) = heap.pop() {
+        let listing = list_one(root, &dir);
+        if let Ok(entries) = &listing.entries {
+            for (name, md) in entries {
+                let child = join(&dir, name);
+                if md.as_ref().is_ok_and(|m| m.is_dir()) && check_path_len(&child).is_ok() {
+                    heap.push(Reverse(child));
+                }
+            }
+        }
+        if tx.send(listing).is_err() {
+            return;
+        }
+    }
+}
 
 /// What the walk hands to ingest.
 // Both variants are moved exactly once, from the walk into a channel or a
@@ -46,7 +99,10 @@ pub(crate) struct Walker<'a> {
     pub stats: WalkStats,
     /// Parent rows whose mtime or ctime is not before this are re-hashed.
     racy_from_ns: i64,
-    heap: BinaryHeap<Reverse<Vec<u8>>>,
+    /// Live count of observed entries, for progress display.
+    walked: &'a AtomicU64,
+    /// Directories to walk, found while observing the start paths.
+    seeds: Vec<Vec<u8>>,
 }
 
 pub(crate) fn stat_row(parent: Vec<u8>, name: Vec<u8>, md: &Metadata, kind: Kind) -> Row {
@@ -73,18 +129,20 @@ impl<'a> Walker<'a> {
         parent: Option<&'a GenView>,
         generation: u64,
         emit: &'a mut dyn FnMut(Event) -> Result<()>,
+        walked: &'a AtomicU64,
     ) -> Walker<'a> {
         let racy_from_ns = parent.map_or(i64::MIN, |p| {
             p.top().manifest.observed_ns.saturating_sub(RACY_MARGIN_NS)
         });
         Walker {
+            walked,
             racy_from_ns,
             root: root.to_path_buf(),
             parent,
             generation,
             emit,
             stats: WalkStats::default(),
-            heap: BinaryHeap::new(),
+            seeds: Vec::new(),
         }
     }
 
@@ -114,10 +172,16 @@ impl<'a> Walker<'a> {
             Scope::Whole => self.start_path(b"")?,
             Scope::Paths(paths) => self.start_paths(paths)?,
         }
-        while let Some(Reverse(dir)) = self.heap.pop() {
-            self.walk_dir(&dir)?;
-        }
-        Ok(())
+        let seeds = std::mem::take(&mut self.seeds);
+        let root = self.root.clone();
+        let (tx, rx) = bounded::<Listing>(LISTING_QUEUE);
+        std::thread::scope(|s| {
+            s.spawn(move || list_tree(&root, seeds, tx));
+            for listing in rx {
+                self.walk_listing(listing)?;
+            }
+            Ok(())
+        })
     }
 
     fn start_paths(&mut self, paths: &[Vec<u8>]) -> Result<()> {
@@ -165,7 +229,7 @@ impl<'a> Walker<'a> {
             Ok(md) => {
                 let (parent, name) = split(rel);
                 if self.observe(parent, name, &md, prev)? {
-                    self.heap.push(Reverse(rel.to_vec()));
+                    self.seeds.push(rel.to_vec());
                 }
                 Ok(())
             }
@@ -185,43 +249,26 @@ impl<'a> Walker<'a> {
         Ok(())
     }
 
-    fn read_names(&mut self, dir: &[u8]) -> Option<Vec<Vec<u8>>> {
-        let rd = match fs::read_dir(self.abs(dir)) {
-            Ok(rd) => rd,
+    fn walk_listing(&mut self, listing: Listing) -> Result<()> {
+        let dir = listing.dir;
+        let entries = match listing.entries {
+            Ok(e) => e,
             Err(e) => {
-                self.problem(dir, "cannot list directory", &e);
-                return None;
+                self.problem(&dir, "cannot list directory", &e);
+                return Ok(());
             }
-        };
-        let mut names = Vec::new();
-        for entry in rd {
-            match entry {
-                Ok(e) => names.push(e.file_name().as_bytes().to_vec()),
-                Err(e) => {
-                    self.problem(dir, "cannot list directory", &e);
-                    return None;
-                }
-            }
-        }
-        names.sort_unstable();
-        Some(names)
-    }
-
-    fn walk_dir(&mut self, dir: &[u8]) -> Result<()> {
-        let Some(names) = self.read_names(dir) else {
-            return Ok(());
         };
         let prev = match self.parent {
-            Some(p) => p.list_dir(dir)?,
+            Some(p) => p.list_dir(&dir)?,
             None => Vec::new(),
         };
         let mut prev = prev.into_iter().peekable();
-        for name in names {
+        for (name, md) in entries {
             while let Some(p) = prev.next_if(|p| p.name < name) {
                 (self.emit)(Event::Row(Row::tombstone(p.parent, p.name)))?;
             }
             let old = prev.next_if(|p| p.name == name);
-            self.visit(dir, name, old)?;
+            self.visit(&dir, name, md, old)?;
         }
         for p in prev {
             (self.emit)(Event::Row(Row::tombstone(p.parent, p.name)))?;
@@ -229,17 +276,21 @@ impl<'a> Walker<'a> {
         Ok(())
     }
 
-    fn visit(&mut self, dir: &[u8], name: Vec<u8>, old: Option<Row>) -> Result<()> {
+    fn visit(
+        &mut self,
+        dir: &[u8],
+        name: Vec<u8>,
+        md: io::Result<Metadata>,
+        old: Option<Row>,
+    ) -> Result<()> {
         let rel = join(dir, &name);
         if let Err(e) = check_path_len(&rel) {
             self.problem(&rel, "refused", &e);
             return Ok(());
         }
-        match fs::symlink_metadata(self.abs(&rel)) {
+        match md {
             Ok(md) => {
-                if self.observe(dir.to_vec(), name, &md, old)? {
-                    self.heap.push(Reverse(rel));
-                }
+                self.observe(dir.to_vec(), name, &md, old)?;
             }
             Err(e) => self.problem(&rel, "vanished or unreadable during walk", &e),
         }
@@ -255,6 +306,8 @@ impl<'a> Walker<'a> {
         prev: Option<Row>,
     ) -> Result<bool> {
         self.stats.entries += 1;
+        self.walked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ft = md.file_type();
         let kind = if ft.is_dir() {
             Kind::Dir

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
-use parquet::arrow::ArrowWriter;
+use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -457,6 +457,29 @@ impl Segment {
         Ok(rows)
     }
 
+    /// Content digests and locations of one group, decoding only those
+    /// columns (for the commit's dedupe index). Rows without content are
+    /// skipped; location fields are validated as in [`Segment::read_group`].
+    pub fn read_blob_refs(&self, i: usize, out: &mut Vec<([u8; 32], BlobLoc)>) -> Result<()> {
+        let batches = guard(&self.name, || {
+            let mask = ProjectionMask::roots(self.meta.parquet_schema(), BLOB_COLUMNS);
+            ParquetRecordBatchReaderBuilder::new_with_metadata(
+                self.bytes.clone(),
+                self.meta.clone(),
+            )
+            .with_row_groups(vec![i])
+            .with_projection(mask)
+            .with_batch_size(GROUP_ROWS)
+            .build()?
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(Into::into)
+        })?;
+        for b in &batches {
+            decode_blob_refs(&self.name, b, out)?;
+        }
+        Ok(())
+    }
+
     fn check_group(&self, group: &Group, rows: &[Row]) -> Result<()> {
         if rows.len() != group.rows {
             return Err(Error::corrupt(
@@ -610,6 +633,36 @@ fn decode_batch(name: &str, b: &RecordBatch, out: &mut Vec<Row>) -> Result<()> {
         };
         check_row(name, &row)?;
         out.push(row);
+    }
+    Ok(())
+}
+
+/// Columns a blob-reference scan decodes: digest, blob, pack, offset, stored_len, codec.
+const BLOB_COLUMNS: [usize; 6] = [6, 7, 8, 9, 10, 11];
+
+fn decode_blob_refs(name: &str, b: &RecordBatch, out: &mut Vec<([u8; 32], BlobLoc)>) -> Result<()> {
+    let digest = col::<FixedSizeBinaryArray>(name, b, 0)?;
+    let blob = col::<UInt8Array>(name, b, 1)?;
+    let pack = col::<FixedSizeBinaryArray>(name, b, 2)?;
+    let offset = col::<UInt64Array>(name, b, 3)?;
+    let stored = col::<UInt64Array>(name, b, 4)?;
+    let codec = col::<UInt8Array>(name, b, 5)?;
+    let bad = |what: &str| Error::corrupt("segment", name, format!("invalid {what}"));
+    for i in 0..b.num_rows() {
+        let loc = match blob.value(i) {
+            0 => continue,
+            1 => BlobLoc::Standalone,
+            2 if pack.is_valid(i) => BlobLoc::Packed {
+                pack: fixed32(pack.value(i)).ok_or_else(|| bad("pack digest"))?,
+                offset: offset.value(i),
+                len: stored.value(i),
+                codec: Codec::from_code(codec.value(i)).ok_or_else(|| bad("codec"))?,
+            },
+            _ => return Err(bad("blob location")),
+        };
+        if digest.is_valid(i) {
+            out.push((fixed32(digest.value(i)).ok_or_else(|| bad("digest"))?, loc));
+        }
     }
     Ok(())
 }

@@ -174,6 +174,40 @@ impl Lease for LocalLease {
     }
 }
 
+impl LocalStorage {
+    /// Create a lease file that is locked before its final name exists, so a
+    /// probe can never mistake a brand-new lease for a dead one. `None` when
+    /// the name already exists (the caller then locks the existing file).
+    fn try_create_locked(
+        &self,
+        key: &str,
+        path: &Path,
+        holder: &str,
+    ) -> Result<Option<Box<dyn Lease>>> {
+        if path.exists() {
+            return Ok(None);
+        }
+        let tmp = self.temp_path(path);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .ctx("create", &tmp)?;
+        flock(&file, false).ctx("flock", &tmp)?;
+        file.write_all_at(holder.as_bytes(), 0).ctx("write", &tmp)?;
+        if !rename_noreplace(&tmp, path)? {
+            fs::remove_file(&tmp).ctx("unlink", &tmp)?;
+            return Ok(None);
+        }
+        Ok(Some(Box::new(LocalLease {
+            key: key.to_string(),
+            _file: file,
+        })))
+    }
+}
+
 impl Storage for LocalStorage {
     fn describe(&self) -> String {
         self.root.display().to_string()
@@ -321,6 +355,9 @@ impl Storage for LocalStorage {
     fn lease(&self, key: &str, holder: &str, wait: bool) -> Result<TryLease> {
         let path = self.path(key);
         self.ensure_parent(&path)?;
+        if let Some(lease) = self.try_create_locked(key, &path, holder)? {
+            return Ok(TryLease::Acquired(lease));
+        }
         let mut file = open_lock_file(&path)?;
         if !flock(&file, wait).ctx("flock", &path)? {
             return Ok(TryLease::Busy {
