@@ -28,10 +28,17 @@ impl IdentityHasher {
     /// Feed one live row (tombstones are not part of a tree).
     pub fn push(&mut self, row: &Row) {
         debug_assert!(row.kind != Kind::Tombstone);
-        let path = row.path();
         let h = &mut self.hasher;
-        h.update(&(path.len() as u32).to_le_bytes());
-        h.update(&path);
+        let path_len = match row.parent.len() {
+            0 => row.name.len(),
+            p => p + 1 + row.name.len(),
+        };
+        h.update(&(path_len as u32).to_le_bytes());
+        if !row.parent.is_empty() {
+            h.update(&row.parent);
+            h.update(b"/");
+        }
+        h.update(&row.name);
         h.update(&[row.kind.code()]);
         h.update(&row.mode.to_le_bytes());
         h.update(&row.size.to_le_bytes());

@@ -150,18 +150,38 @@ fn take_eq(s: &mut RowStream<'_>, key: &Row) -> Result<Option<Row>> {
     }
 }
 
-fn min_head(streams: &mut [&mut RowStream<'_>]) -> Result<Option<Row>> {
-    let mut best: Option<Row> = None;
-    for s in streams.iter_mut() {
-        match s.peek() {
-            Some(Err(_)) => return Err(s.next().expect("peeked").expect_err("peeked error")),
-            Some(Ok(r)) if best.as_ref().is_none_or(|b| r.key_cmp(b).is_lt()) => {
-                best = Some(r.clone())
-            }
-            _ => {}
+/// Index of the stream whose head has the smallest key (the lowest index
+/// on ties); an error at any head is returned.
+fn min_stream<'a>(
+    a: &mut RowStream<'a>,
+    b: &mut RowStream<'a>,
+    c: &mut RowStream<'a>,
+) -> Result<Option<usize>> {
+    for s in [&mut *a, &mut *b, &mut *c] {
+        if let Some(Err(_)) = s.peek() {
+            return Err(s.next().expect("peeked").expect_err("peeked error"));
         }
     }
-    Ok(best)
+    let heads = [a.peek(), b.peek(), c.peek()];
+    let mut best: Option<(usize, &Row)> = None;
+    for (i, h) in heads.iter().enumerate() {
+        if let Some(Ok(r)) = h {
+            if best.is_none_or(|(_, b)| r.key_cmp(b).is_lt()) {
+                best = Some((i, r));
+            }
+        }
+    }
+    Ok(best.map(|(i, _)| i))
+}
+
+/// What the new generation holds at one key.
+enum Next {
+    /// The old composed row stands.
+    Inherit,
+    /// A new or changed row from the journal.
+    New(Row),
+    /// Nothing: removed, or never there.
+    Gone,
 }
 
 /// Accumulates the merge's outputs.
@@ -218,46 +238,81 @@ impl MergeState {
         }
     }
 
-    /// One key: base row `b`, old composed row `o`, journal row `j`.
-    fn step(&mut self, key: Row, b: Option<Row>, o: Option<Row>, j: Option<Row>) -> Result<()> {
-        let o = o.filter(|o| !self.under_removed(o));
-        let n = match j {
-            Some(j) if j.kind == Kind::Tombstone => {
-                self.removed.insert(j.path());
-                None
-            }
-            Some(j) if o.as_ref().is_some_and(|o| o.same_observation(&j)) => o.clone(),
-            Some(j) => {
-                if j.kind != Kind::Dir && o.as_ref().is_some_and(|o| o.kind == Kind::Dir) {
-                    self.removed.insert(j.path());
-                }
-                Some(j)
-            }
-            None => o.clone(),
+    /// One key: base row `b`, parent delta row `pd`, journal row `j`.
+    /// Rows are cloned only when they are written.
+    fn step(&mut self, b: Option<Row>, pd: Option<Row>, j: Option<Row>) -> Result<()> {
+        let o = match &pd {
+            Some(p) if p.kind == Kind::Tombstone => None,
+            Some(p) => Some(p),
+            None => b.as_ref(),
         };
-        match (&o, &n) {
-            (None, Some(_)) => self.stats.added += 1,
-            (Some(_), None) => self.stats.removed += 1,
-            (Some(o), Some(n)) if o != n => self.stats.changed += 1,
-            (Some(_), Some(_)) => self.stats.unchanged += 1,
-            (None, None) => {}
+        let o = o.filter(|o| !self.under_removed(o));
+        let next = self.next(o, j);
+        self.count(o, &next);
+        match (self.kind, next) {
+            (_, Next::Gone) => match (&b, self.kind) {
+                (Some(b), RepKind::Delta) => {
+                    self.write(Row::tombstone(b.parent.clone(), b.name.clone()))
+                }
+                _ => Ok(()),
+            },
+            (RepKind::Base, Next::New(r)) => self.write(r),
+            (RepKind::Base, Next::Inherit) => self.write(o.expect("inherit needs a row").clone()),
+            (RepKind::Delta, Next::New(r)) if b.as_ref() != Some(&r) => self.write(r),
+            (RepKind::Delta, Next::New(_)) => Ok(()),
+            (RepKind::Delta, Next::Inherit) => {
+                let o = o.expect("inherit needs a row");
+                let same_as_base = b.as_ref().is_some_and(|b| std::ptr::eq(b, o) || b == o);
+                if same_as_base {
+                    Ok(())
+                } else {
+                    self.write(o.clone())
+                }
+            }
         }
-        if let Some(n) = &n {
-            self.live(n);
-        }
-        self.emit(key, b, n)
     }
 
-    fn emit(&mut self, key: Row, b: Option<Row>, n: Option<Row>) -> Result<()> {
-        match (self.kind, n) {
-            (RepKind::Base, Some(n)) => self.write(n),
-            (RepKind::Base, None) => Ok(()),
-            (RepKind::Delta, Some(n)) if b.as_ref() != Some(&n) => self.write(n),
-            (RepKind::Delta, Some(_)) => Ok(()),
-            (RepKind::Delta, None) if b.is_some() => {
-                self.write(Row::tombstone(key.parent, key.name))
+    /// Decide the new row at a key from the old row `o` and the journal.
+    fn next(&mut self, o: Option<&Row>, j: Option<Row>) -> Next {
+        match j {
+            Some(j) if j.kind == Kind::Tombstone => {
+                self.removed.insert(j.path());
+                Next::Gone
             }
-            (RepKind::Delta, None) => Ok(()),
+            Some(j) if o.is_some_and(|o| o.same_observation(&j)) => Next::Inherit,
+            Some(j) => {
+                if j.kind != Kind::Dir && o.is_some_and(|o| o.kind == Kind::Dir) {
+                    self.removed.insert(j.path());
+                }
+                Next::New(j)
+            }
+            None if o.is_some() => Next::Inherit,
+            None => Next::Gone,
+        }
+    }
+
+    fn count(&mut self, o: Option<&Row>, next: &Next) {
+        let n = match next {
+            Next::Inherit => {
+                self.stats.unchanged += 1;
+                o
+            }
+            Next::New(r) => {
+                match o {
+                    None => self.stats.added += 1,
+                    Some(_) => self.stats.changed += 1,
+                }
+                Some(r)
+            }
+            Next::Gone => {
+                if o.is_some() {
+                    self.stats.removed += 1;
+                }
+                None
+            }
+        };
+        if let Some(n) = n {
+            self.live(n);
         }
     }
 }
@@ -279,16 +334,22 @@ fn merge(input: &PublishInput<'_>, kind: RepKind, journal: crate::spill::Sorted)
         packs: BTreeMap::new(),
         blobs: BTreeMap::new(),
     };
-    while let Some(key) = min_head(&mut [&mut base, &mut pdelta, &mut jr])? {
-        let b = take_eq(&mut base, &key)?;
-        let pd = take_eq(&mut pdelta, &key)?;
-        let j = take_eq(&mut jr, &key)?;
-        let o = match pd {
-            Some(pd) if pd.kind == Kind::Tombstone => None,
-            Some(pd) => Some(pd),
-            None => b.clone(),
+    while let Some(i) = min_stream(&mut base, &mut pdelta, &mut jr)? {
+        let (b, pd, j) = match i {
+            0 => {
+                let first = base.next().expect("peeked")?;
+                let pd = take_eq(&mut pdelta, &first)?;
+                let j = take_eq(&mut jr, &first)?;
+                (Some(first), pd, j)
+            }
+            1 => {
+                let first = pdelta.next().expect("peeked")?;
+                let j = take_eq(&mut jr, &first)?;
+                (None, Some(first), j)
+            }
+            _ => (None, None, Some(jr.next().expect("peeked")?)),
         };
-        st.step(key, b, o, j)?;
+        st.step(b, pd, j)?;
     }
     let segments = st.writer.finish()?;
     Ok(Merged {

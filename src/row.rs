@@ -145,10 +145,6 @@ impl Row {
         join(&self.parent, &self.name)
     }
 
-    pub fn is_root(&self) -> bool {
-        self.parent.is_empty() && self.name.is_empty()
-    }
-
     /// Same observation: equal in everything but provenance and blob
     /// location, so the older row stands (a re-hash that found nothing new).
     pub fn same_observation(&self, other: &Row) -> bool {
@@ -190,13 +186,6 @@ pub fn split(path: &[u8]) -> (Vec<u8>, Vec<u8>) {
         Some(i) => (path[..i].to_vec(), path[i + 1..].to_vec()),
         None => (Vec::new(), path.to_vec()),
     }
-}
-
-/// True if `path` equals `prefix` or lies below it (`""` covers everything).
-pub fn is_under(path: &[u8], prefix: &[u8]) -> bool {
-    prefix.is_empty()
-        || path == prefix
-        || (path.len() > prefix.len() && path.starts_with(prefix) && path[prefix.len()] == b'/')
 }
 
 /// Normalize a user-supplied relative path: strip `./`, repeated and trailing

@@ -61,11 +61,6 @@ impl Sorter {
         Ok(())
     }
 
-    /// Runs written so far (for tests and progress).
-    pub fn runs(&self) -> usize {
-        self.runs.len()
-    }
-
     fn run_path(&mut self) -> PathBuf {
         self.next_run += 1;
         self.dir.join(format!("run-{:06}", self.next_run))

@@ -92,9 +92,10 @@ impl JournalWriter {
 
     /// Write the seal and fsync; returns the seal digest.
     pub fn seal(mut self) -> Result<String> {
-        let digest = self.hasher.finalize();
         let mut tail = SEAL_MAGIC.to_vec();
         tail.extend_from_slice(&self.count.to_le_bytes());
+        self.hasher.update(&tail);
+        let digest = self.hasher.finalize();
         tail.extend_from_slice(digest.as_bytes());
         self.out.write_all(&tail).ctx("write", &self.path)?;
         let file = self
@@ -201,6 +202,7 @@ fn verify_seal(path: &Path) -> Result<(u64, String)> {
     if &seal[..8] != SEAL_MAGIC {
         return Err(Error::corrupt("journal", name, "not sealed (seal magic)"));
     }
+    hasher.update(&seal[..16]);
     let digest = hasher.finalize();
     if seal[16..] != digest.as_bytes()[..] {
         return Err(Error::corrupt("journal", name, "seal digest mismatch"));

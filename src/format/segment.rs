@@ -412,10 +412,6 @@ impl Segment {
         })
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     pub fn group_count(&self) -> usize {
         self.groups.len()
     }
