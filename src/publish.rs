@@ -178,8 +178,8 @@ fn min_stream<'a>(
 enum Next {
     /// The old composed row stands.
     Inherit,
-    /// A new or changed row from the journal.
-    New(Row),
+    /// A new or changed row from the journal (boxed: rare next to Inherit).
+    New(Box<Row>),
     /// Nothing: removed, or never there.
     Gone,
 }
@@ -256,9 +256,9 @@ impl MergeState {
                 }
                 _ => Ok(()),
             },
-            (RepKind::Base, Next::New(r)) => self.write(r),
+            (RepKind::Base, Next::New(r)) => self.write(*r),
             (RepKind::Base, Next::Inherit) => self.write(o.expect("inherit needs a row").clone()),
-            (RepKind::Delta, Next::New(r)) if b.as_ref() != Some(&r) => self.write(r),
+            (RepKind::Delta, Next::New(r)) if b.as_ref() != Some(&*r) => self.write(*r),
             (RepKind::Delta, Next::New(_)) => Ok(()),
             (RepKind::Delta, Next::Inherit) => {
                 let o = o.expect("inherit needs a row");
@@ -284,7 +284,7 @@ impl MergeState {
                 if j.kind != Kind::Dir && o.is_some_and(|o| o.kind == Kind::Dir) {
                     self.removed.insert(j.path());
                 }
-                Next::New(j)
+                Next::New(Box::new(j))
             }
             None if o.is_some() => Next::Inherit,
             None => Next::Gone,
@@ -302,7 +302,7 @@ impl MergeState {
                     None => self.stats.added += 1,
                     Some(_) => self.stats.changed += 1,
                 }
-                Some(r)
+                Some(&**r)
             }
             Next::Gone => {
                 if o.is_some() {
