@@ -317,3 +317,34 @@ fn rehashing_an_unchanged_file_changes_nothing() {
         "identical observations publish nothing: {again:?}"
     );
 }
+
+#[test]
+fn a_file_that_keeps_changing_while_read_is_reported_and_nothing_is_published() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "stable", b"s");
+    write(&src, "hot", &noise(1, 10_000));
+    let store = new_store(&st);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, hot) = (stop.clone(), src.join("hot"));
+    let writer = std::thread::spawn(move || {
+        let mut f = fs::OpenOptions::new().append(true).open(hot).unwrap();
+        while !flag.load(Ordering::Relaxed) {
+            f.write_all(b"x").unwrap();
+        }
+    });
+    let result = strata::commit::commit(&store, &strata::commit::CommitOptions::new("hot", &src), Default::default());
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    match result {
+        Err(strata::Error::Unreadable(problems)) => {
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(problems[0].starts_with("hot: changed while being read"), "{problems:?}");
+        }
+        other => panic!("expected an unreadable-path error, got {other:?}"),
+    }
+    assert!(GenIndex::new(&store, "hot").latest().unwrap().is_none(), "nothing was published");
+}
