@@ -1,9 +1,167 @@
-//! strata-mountd: the mount daemon (FUSE filesystem, pins, control socket).
+//! strata-mountd: serves every generation of a store as a read-only FUSE
+//! directory (see fs.rs for the layout).
 //!
-//! Not built yet: the mount lands with the mount-daemon issue. Until then the
-//! binary refuses to run rather than pretend to mount anything.
+//! Lifecycle: mount, then serve until unmounted. SIGTERM/SIGINT detach the
+//! mount lazily (`umount2(MNT_DETACH)`): open files keep working until their
+//! last close, then the session ends, every pin is released, and the process
+//! exits 0. A background refresher keeps each set's latest generation pinned
+//! and current.
+
+mod fs;
+mod gen;
+mod node;
+
+use clap::Parser;
+use fuser::{Config, MountOption, Session};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+use strata::storage::LocalStorage;
+use strata::store::{default_location, Store};
+
+#[derive(Parser)]
+#[command(
+    name = "strata-mountd",
+    version,
+    about = "Serve a strata store as a read-only FUSE directory"
+)]
+struct Args {
+    /// Store location (default: $STRATA_STORE, $XDG_DATA_HOME/strata, ~/.local/share/strata)
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Serve only these sets (repeatable); default: every set
+    #[arg(long)]
+    set: Vec<String>,
+    /// FUSE worker threads
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    mountpoint: PathBuf,
+}
+
+/// How often the latest generation of every set is re-read and pinned.
+const REFRESH_EVERY: Duration = Duration::from_millis(500);
 
 fn main() {
-    eprintln!("strata-mountd: mounting is not available in this version; use `strata ls` / `strata cat` to read generations");
-    std::process::exit(2);
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => {}
+        Err(e) => {
+            eprintln!("strata-mountd: error: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    block_stop_signals();
+    let root = match args.store {
+        Some(p) => p,
+        None => default_location().map_err(|e| e.to_string())?,
+    };
+    let store =
+        Store::open(Arc::new(LocalStorage::new(&root))).map_err(|e| strata::cli_chain(&e))?;
+    for s in &args.set {
+        strata::store::check_set_name(s).map_err(|e| e.to_string())?;
+    }
+    let gens = Arc::new(gen::Gens::new(store));
+    let fs = fs::StrataFs::new(gens.clone(), args.set.clone());
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::RO,
+        MountOption::FSName(format!("strata:{}", root.display())),
+        MountOption::Subtype("strata".into()),
+        MountOption::DefaultPermissions,
+    ];
+    config.n_threads = Some(args.threads.max(1));
+    config.clone_fd = true;
+    let session = Session::new(fs, &args.mountpoint, &config)
+        .map_err(|e| format!("mount {}: {e}", args.mountpoint.display()))?;
+    spawn_signal_waiter(args.mountpoint.clone());
+    let (stop, refresher) = spawn_refresher(gens.clone(), args.set);
+    eprintln!(
+        "strata-mountd: serving {} at {}",
+        root.display(),
+        args.mountpoint.display()
+    );
+    let served = session.run().map_err(|e| format!("session: {e}"));
+    drop(stop);
+    let _ = refresher.join();
+    drop(gens);
+    served?;
+    eprintln!("strata-mountd: unmounted; pins released");
+    Ok(())
+}
+
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        set
+    }
+}
+
+/// Block SIGTERM/SIGINT in every thread; one thread receives them with sigwait.
+fn block_stop_signals() {
+    let set = stop_signals();
+    // SAFETY: the set is initialised; called before any other thread starts.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+fn spawn_signal_waiter(mountpoint: PathBuf) {
+    std::thread::spawn(move || {
+        let set = stop_signals();
+        let mut sig = 0;
+        // SAFETY: waiting on an initialised set of signals blocked in this thread.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        eprintln!("strata-mountd: signal {sig}: detaching; open files are served until closed");
+        detach(&mountpoint);
+    });
+}
+
+/// Lazily detach the mount: new lookups fail, open files keep working.
+fn detach(mountpoint: &Path) {
+    let Ok(c) = CString::new(mountpoint.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+        eprintln!(
+            "strata-mountd: error: detach {}: {}",
+            mountpoint.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Re-read and pin each set's latest generation every [`REFRESH_EVERY`]
+/// until the returned sender is dropped; join the handle to release it.
+fn spawn_refresher(
+    gens: Arc<gen::Gens>,
+    only: Vec<String>,
+) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || loop {
+        let sets = if only.is_empty() {
+            gens.store().sets().unwrap_or_default()
+        } else {
+            only.clone()
+        };
+        for s in &sets {
+            if let Err(e) = gens.refresh(s) {
+                eprintln!(
+                    "strata-mountd: error: refresh latest of {s}: {}",
+                    strata::cli_chain(&e)
+                );
+            }
+        }
+        if stopped.recv_timeout(REFRESH_EVERY) != Err(mpsc::RecvTimeoutError::Timeout) {
+            return;
+        }
+    });
+    (stop, handle)
 }

@@ -1,0 +1,91 @@
+//! Served generations: each is a pinned [`GenView`]. A generation is opened
+//! (pin first, then verify the representation is still COMMITTED — done by
+//! `GenView::open`) before anything of it is served, and stays pinned while
+//! it is latest or while any node, open file or directory handle holds it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use strata::compose::GenView;
+use strata::index::GenIndex;
+use strata::{Result, Store};
+
+/// How long a resolved `latest` is trusted before the index is re-read.
+pub(crate) const LATEST_FRESH: Duration = Duration::from_millis(300);
+
+pub(crate) struct Gen {
+    pub(crate) set: String,
+    pub(crate) generation: u64,
+    pub(crate) view: GenView,
+}
+
+/// Open generations by (set, generation), and the pinned latest per set.
+pub(crate) struct Gens {
+    store: Store,
+    open: Mutex<HashMap<(String, u64), Weak<Gen>>>,
+    latest: Mutex<HashMap<String, (Instant, Arc<Gen>)>>,
+}
+
+impl Gens {
+    pub(crate) fn new(store: Store) -> Gens {
+        Gens {
+            store,
+            open: Mutex::new(HashMap::new()),
+            latest: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The served generation, opening (and pinning) it if nobody holds it.
+    pub(crate) fn get(&self, set: &str, generation: u64) -> Result<Arc<Gen>> {
+        let key = (set.to_string(), generation);
+        if let Some(g) = self
+            .open
+            .lock()
+            .expect("gens")
+            .get(&key)
+            .and_then(Weak::upgrade)
+        {
+            return Ok(g);
+        }
+        let view = GenView::open(&self.store, set, Some(generation), "mountd")?;
+        let g = Arc::new(Gen {
+            set: set.to_string(),
+            generation,
+            view,
+        });
+        let mut open = self.open.lock().expect("gens");
+        open.retain(|_, w| w.strong_count() > 0);
+        Ok(open
+            .entry(key)
+            .or_insert_with(|| Arc::downgrade(&g))
+            .upgrade()
+            .unwrap_or(g))
+    }
+
+    /// The latest generation of `set`, re-read when older than [`LATEST_FRESH`].
+    pub(crate) fn latest(&self, set: &str) -> Result<Option<Arc<Gen>>> {
+        if let Some((at, g)) = self.latest.lock().expect("latest").get(set) {
+            if at.elapsed() < LATEST_FRESH {
+                return Ok(Some(g.clone()));
+            }
+        }
+        self.refresh(set)
+    }
+
+    /// Re-read the index and pin the current latest of `set`.
+    pub(crate) fn refresh(&self, set: &str) -> Result<Option<Arc<Gen>>> {
+        let Some(record) = GenIndex::new(&self.store, set).latest()? else {
+            return Ok(None);
+        };
+        let g = self.get(set, record.generation)?;
+        self.latest
+            .lock()
+            .expect("latest")
+            .insert(set.to_string(), (Instant::now(), g.clone()));
+        Ok(Some(g))
+    }
+}

@@ -1,0 +1,425 @@
+//! Real mounts: the daemon serves generations to ordinary tools (`diff -r`,
+//! `cat`, `ls`), follows commits, keeps old generations readable for open
+//! files, answers EIO for corrupt content only, and stops cleanly.
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use strata::commit::{commit, CommitOptions};
+use strata::storage::LocalStorage;
+use strata::Store;
+
+struct Mount {
+    child: Option<Child>,
+    point: PathBuf,
+}
+
+fn mounted(point: &Path) -> bool {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    let p = point.to_str().unwrap();
+    mounts.lines().any(|l| l.split(' ').nth(1) == Some(p))
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Mount {
+    fn start(store: &Path, point: &Path) -> Mount {
+        fs::create_dir_all(point).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_strata-mountd"))
+            .arg("--store")
+            .arg(store)
+            .arg(point)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for("mount", || mounted(point));
+        Mount {
+            child: Some(child),
+            point: point.to_path_buf(),
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        let pid = self.child.as_ref().unwrap().id() as i32;
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(pid, sig) };
+    }
+
+    /// Wait for the daemon to exit; returns its status and stderr.
+    fn wait(&mut self) -> (std::process::ExitStatus, String) {
+        let mut child = self.child.take().unwrap();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        (child.wait().unwrap(), err)
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if mounted(&self.point) {
+            let _ = Command::new("umount").arg("-l").arg(&self.point).status();
+        }
+    }
+}
+
+fn new_store(dir: &Path) -> Store {
+    fs::create_dir_all(dir).unwrap();
+    Store::init(Arc::new(LocalStorage::new(dir))).unwrap().0
+}
+
+fn commit_dir(store: &Store, set: &str, dir: &Path) -> u64 {
+    commit(store, &CommitOptions::new(set, dir), Default::default())
+        .unwrap()
+        .generation
+        .unwrap()
+}
+
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn write(root: &Path, rel: &str, data: &[u8]) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, data).unwrap();
+}
+
+fn rich_tree(root: &Path, variant: u64) {
+    write(
+        root,
+        "docs/readme.txt",
+        format!("variant {variant}\n").as_bytes(),
+    );
+    write(root, "zero", b"");
+    write(root, "big/blob.bin", &noise(variant, 3 << 20));
+    write(root, "small/packed.bin", &noise(variant + 10, 50_000));
+    fs::create_dir_all(root.join("empty/deeper")).unwrap();
+    symlink("docs/readme.txt", root.join("link")).unwrap();
+    symlink("../missing", root.join("docs/dangling")).unwrap();
+    fs::write(
+        root.join(std::ffi::OsStr::from_bytes(b"name-\xff")),
+        b"binary name",
+    )
+    .unwrap();
+    let mode: fs::Permissions = std::os::unix::fs::PermissionsExt::from_mode(0o640);
+    fs::set_permissions(root.join("docs/readme.txt"), mode).unwrap();
+}
+
+fn diff_r(a: &Path, b: &Path) {
+    let out = Command::new("diff")
+        .args(["-r", "--no-dereference"])
+        .arg(a)
+        .arg(b)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "diff -r {} {}:\n{}{}",
+        a.display(),
+        b.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn modes(root: &Path) -> Vec<(PathBuf, u32)> {
+    let out = Command::new("find")
+        .arg(root)
+        .args(["-printf", "%P %m %y\n"])
+        .output()
+        .unwrap();
+    let mut lines: Vec<(PathBuf, u32)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let mut it = l.rsplitn(3, ' ');
+            let _kind = it.next();
+            let mode = u32::from_str_radix(it.next().unwrap(), 8).unwrap();
+            (PathBuf::from(it.next().unwrap_or("")), mode)
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn every_generation_diffs_clean_against_the_tree_committed_as_it() {
+    let t = tempfile::tempdir().unwrap();
+    let (st, mnt) = (t.path().join("store"), t.path().join("mnt"));
+    let store = new_store(&st);
+    let mut trees = Vec::new();
+    for v in 0..3 {
+        let tree = t.path().join(format!("tree{v}"));
+        rich_tree(&tree, v);
+        if v == 2 {
+            fs::remove_dir_all(tree.join("empty")).unwrap();
+        }
+        let src = t.path().join("src");
+        let _ = fs::remove_dir_all(&src);
+        assert!(Command::new("cp")
+            .arg("-a")
+            .arg(&tree)
+            .arg(&src)
+            .status()
+            .unwrap()
+            .success());
+        assert_eq!(commit_dir(&store, "s", &src), v + 1);
+        trees.push(tree);
+    }
+    let m = Mount::start(&st, &mnt);
+    for (i, tree) in trees.iter().enumerate() {
+        let gen = m.point.join(format!("s/gens/{}", i + 1));
+        diff_r(tree, &gen);
+        assert_eq!(modes(tree), modes(&gen), "modes of generation {}", i + 1);
+    }
+    assert_eq!(
+        fs::read_link(m.point.join("s/latest")).unwrap(),
+        Path::new("gens/3")
+    );
+    let listed: Vec<_> = fs::read_dir(m.point.join("s/gens"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(listed.len(), 3);
+}
+
+#[test]
+fn latest_follows_commits_while_old_readers_keep_their_generation() {
+    let t = tempfile::tempdir().unwrap();
+    let (st, mnt, src) = (
+        t.path().join("store"),
+        t.path().join("mnt"),
+        t.path().join("src"),
+    );
+    let store = new_store(&st);
+    write(&src, "f.txt", b"one");
+    write(&src, "dir/inner.txt", b"inner one");
+    commit_dir(&store, "s", &src);
+    let m = Mount::start(&st, &mnt);
+    let mut old = fs::File::open(m.point.join("s/latest/f.txt")).unwrap();
+    let cwd_probe = m.point.join("s/gens/1/dir");
+    write(&src, "f.txt", b"two");
+    write(&src, "dir/inner.txt", b"inner two");
+    let committed = Instant::now();
+    commit_dir(&store, "s", &src);
+    wait_for("latest to move", || {
+        fs::read_link(m.point.join("s/latest")).unwrap() == Path::new("gens/2")
+    });
+    assert!(
+        committed.elapsed() < Duration::from_secs(1),
+        "latest moved after {:?}",
+        committed.elapsed()
+    );
+    let mut s = String::new();
+    old.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "one", "an open file keeps its generation");
+    let out = Command::new("cat")
+        .arg("inner.txt")
+        .current_dir(&cwd_probe)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.stdout, b"inner one",
+        "a cwd in the old generation keeps its content"
+    );
+    assert_eq!(fs::read(m.point.join("s/latest/f.txt")).unwrap(), b"two");
+}
+
+fn flip_blob_byte(st: &Path, store: &Store, path: &[u8]) {
+    let view = strata::compose::GenView::open(store, "s", None, "test").unwrap();
+    let row = view.lookup(path).unwrap().unwrap();
+    let (file, at) = match row.blob {
+        strata::row::BlobLoc::Standalone => (
+            st.join(strata::store::keys::blob(&hex(&row.digest.unwrap()))),
+            100,
+        ),
+        strata::row::BlobLoc::Packed { pack, offset, .. } => (
+            st.join(strata::store::keys::pack(&hex(&pack))),
+            offset as usize + 10,
+        ),
+        strata::row::BlobLoc::None => panic!("no blob"),
+    };
+    let mut b = fs::read(&file).unwrap();
+    b[at] ^= 0x20;
+    fs::write(&file, b).unwrap();
+}
+
+fn hex(d: &[u8; 32]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn a_flipped_byte_is_eio_for_that_file_only() {
+    let t = tempfile::tempdir().unwrap();
+    let (st, mnt, src) = (
+        t.path().join("store"),
+        t.path().join("mnt"),
+        t.path().join("src"),
+    );
+    let store = new_store(&st);
+    write(&src, "big.bin", &noise(1, 2 << 20));
+    write(&src, "small.bin", &noise(2, 5000));
+    write(&src, "fine.txt", b"still fine");
+    commit_dir(&store, "s", &src);
+    flip_blob_byte(&st, &store, b"big.bin");
+    flip_blob_byte(&st, &store, b"small.bin");
+    let m = Mount::start(&st, &mnt);
+    for bad in ["big.bin", "small.bin"] {
+        let err = fs::read(m.point.join("s/latest").join(bad)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{bad}: {err}");
+    }
+    assert_eq!(
+        fs::read(m.point.join("s/latest/fine.txt")).unwrap(),
+        b"still fine"
+    );
+}
+
+#[test]
+fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
+    let t = tempfile::tempdir().unwrap();
+    let (st, mnt, src) = (
+        t.path().join("store"),
+        t.path().join("mnt"),
+        t.path().join("src"),
+    );
+    let store = new_store(&st);
+    write(&src, "f.bin", &noise(3, 3 << 20));
+    commit_dir(&store, "s", &src);
+    let mut m = Mount::start(&st, &mnt);
+    let mut open = fs::File::open(m.point.join("s/latest/f.bin")).unwrap();
+    m.signal(libc::SIGTERM);
+    wait_for("detach", || !mounted(&mnt));
+    let mut buf = Vec::new();
+    open.read_to_end(&mut buf).unwrap();
+    assert_eq!(
+        buf,
+        noise(3, 3 << 20),
+        "the open file is served after detach"
+    );
+    assert!(
+        m.child.as_mut().unwrap().try_wait().unwrap().is_none(),
+        "daemon serves until the last close"
+    );
+    drop(open);
+    let (status, err) = m.wait();
+    assert!(status.success(), "clean exit: {err}");
+    assert!(err.contains("pins released"), "{err}");
+    assert_eq!(
+        fs::read_dir(st.join("pins/s")).unwrap().count(),
+        0,
+        "no pin left behind"
+    );
+}
+
+#[test]
+fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
+    use strata::storage::{LeaseState, Storage};
+    let t = tempfile::tempdir().unwrap();
+    let (st, mnt, src) = (
+        t.path().join("store"),
+        t.path().join("mnt"),
+        t.path().join("src"),
+    );
+    let store = new_store(&st);
+    write(&src, "f.txt", b"content");
+    commit_dir(&store, "s", &src);
+    let mut m = Mount::start(&st, &mnt);
+    assert_eq!(
+        fs::read(m.point.join("s/latest/f.txt")).unwrap(),
+        b"content"
+    );
+    let pins: Vec<String> = fs::read_dir(st.join("pins/s"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(!pins.is_empty(), "the served generation is pinned");
+    m.signal(libc::SIGKILL);
+    let (status, _) = m.wait();
+    assert!(!status.success());
+    let storage = LocalStorage::new(&st);
+    for p in &pins {
+        assert_eq!(
+            storage.probe_lease(&format!("pins/s/{p}")).unwrap(),
+            LeaseState::Unheld,
+            "pin {p} of a killed daemon is unheld"
+        );
+    }
+    assert!(Command::new("umount")
+        .arg("-l")
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success());
+    let fresh = Mount::start(&st, &mnt);
+    assert_eq!(
+        fs::read(fresh.point.join("s/latest/f.txt")).unwrap(),
+        b"content"
+    );
+}
+
+#[test]
+fn writes_are_refused_read_only() {
+    let t = tempfile::tempdir().unwrap();
+    let (st, mnt, src) = (
+        t.path().join("store"),
+        t.path().join("mnt"),
+        t.path().join("src"),
+    );
+    let store = new_store(&st);
+    write(&src, "f.txt", b"x");
+    commit_dir(&store, "s", &src);
+    let m = Mount::start(&st, &mnt);
+    let gen = m.point.join("s/gens/1");
+    let e = fs::OpenOptions::new()
+        .write(true)
+        .open(gen.join("f.txt"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    assert_eq!(
+        fs::write(gen.join("new"), b"y").unwrap_err().raw_os_error(),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        fs::remove_file(gen.join("f.txt"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        fs::read_dir(m.point.join("s/gens/7"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENOENT)
+    );
+}
