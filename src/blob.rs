@@ -77,6 +77,13 @@ pub fn read(store: &Store, row: &Row) -> Result<Vec<u8>> {
             codec,
         } => {
             let name = hex::encode(pack);
+            if row.size >= crate::commit::STANDALONE_MIN || len > row.size {
+                return Err(Error::corrupt(
+                    "row",
+                    &name,
+                    format!("packed frame out of bounds: len={len} size={}", row.size),
+                ));
+            }
             let frame = store.storage().get_range(&keys::pack(&name), offset, len)?;
             let bytes = decode_frame(codec, frame, row.size, &name)?;
             check_digest(row, &bytes, &name)?;

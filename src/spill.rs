@@ -9,6 +9,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Memory and fan-in limits of one sort.
@@ -41,7 +42,9 @@ fn approx_size(r: &Row) -> usize {
 }
 
 impl Sorter {
-    pub fn new(dir: &Path, budget: SortBudget) -> Sorter {
+    /// A fan-in under 2 could never reduce the number of runs; it is raised to 2.
+    pub fn new(dir: &Path, mut budget: SortBudget) -> Sorter {
+        budget.fan_in = budget.fan_in.max(2);
         Sorter {
             dir: dir.to_path_buf(),
             budget,
@@ -106,7 +109,13 @@ impl Sorter {
 }
 
 fn write_run(path: &Path, rows: impl Iterator<Item = Result<Row>>) -> Result<()> {
-    let mut out = BufWriter::with_capacity(1 << 20, File::create(path).ctx("create", path)?);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .ctx("create", path)?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
     let mut buf = Vec::new();
     for row in rows {
         buf.clear();

@@ -129,16 +129,13 @@ pub mod keys {
         format!("manifests/{name}.json")
     }
     pub fn segment(name: &str) -> String {
-        format!("segments/{}/{name}.parquet", &name[..2.min(name.len())])
+        format!("segments/{}/{name}.parquet", name.get(..2).unwrap_or(""))
     }
     pub fn pack(name: &str) -> String {
-        format!("packs/{}/{name}.pack", &name[..2.min(name.len())])
+        format!("packs/{}/{name}.pack", name.get(..2).unwrap_or(""))
     }
     pub fn blob(digest_hex: &str) -> String {
-        format!(
-            "blobs/{}/{digest_hex}",
-            &digest_hex[..2.min(digest_hex.len())]
-        )
+        format!("blobs/{}/{digest_hex}", digest_hex.get(..2).unwrap_or(""))
     }
     pub fn journal_dir(set: &str) -> String {
         format!("journals/{set}")

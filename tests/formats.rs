@@ -79,6 +79,7 @@ fn journal_seal_catches_any_damage() {
         generation: 2,
         parent: Some(1),
         scope: vec![String::new()],
+        scope_count: 1,
         owner: "o".into(),
         created_ns: 1,
     };

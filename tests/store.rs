@@ -379,3 +379,40 @@ fn a_file_that_keeps_changing_while_read_is_reported_and_nothing_is_published() 
         "the changing file was never reported in five attempts"
     );
 }
+
+#[test]
+fn committing_through_a_symlinked_root_commits_the_directory_it_names() {
+    let t = tempfile::tempdir().unwrap();
+    let (real, st) = (t.path().join("releases/5"), t.path().join("store"));
+    write(&real, "app/bin", b"binary");
+    symlink("releases/5", t.path().join("current")).unwrap();
+    let store = new_store(&st);
+    commit_dir(&store, "r", &t.path().join("current"));
+    assert_eq!(snapshot_gen(&store, "r", None), snapshot_dir(&real));
+}
+
+#[test]
+fn a_covered_path_under_a_symlinked_ancestor_is_not_followed_out_of_the_tree() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, outside, st) = (
+        t.path().join("src"),
+        t.path().join("outside"),
+        t.path().join("store"),
+    );
+    write(&src, "keep", b"k");
+    write(&outside, "a", b"secret a");
+    write(&outside, "b", b"secret b");
+    symlink(&outside, src.join("x")).unwrap();
+    let store = new_store(&st);
+    commit_dir(&store, "s", &src);
+    write(&src, "keep", b"changed");
+    commit_scoped(&store, "s", &src, &[b"x/a", b"x/b", b"keep"]);
+    let g = snapshot_gen(&store, "s", None);
+    assert!(
+        !g.contains_key(&b"x/a"[..]) && !g.contains_key(&b"x/b"[..]),
+        "nothing read through the symlink: {:?}",
+        g.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(g[&b"x"[..]].kind, "symlink");
+    assert_eq!(g[&b"keep"[..]].data, b"changed");
+}

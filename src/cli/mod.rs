@@ -203,7 +203,9 @@ fn print_json<T: Serialize>(v: &T) -> Result<i32> {
 
 fn init(cli_store: &Option<PathBuf>) -> Result<i32> {
     let path = store_path(cli_store)?;
-    std::fs::create_dir_all(&path).map_err(|e| Error::io("mkdir", &path, e))?;
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&path)
+        .map_err(|e| Error::io("mkdir", &path, e))?;
     let (_, created) = Store::init(Arc::new(LocalStorage::new(&path)))?;
     let verb = if created {
         "initialized"

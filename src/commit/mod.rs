@@ -15,7 +15,7 @@ pub use ingest::STANDALONE_MIN;
 use crate::compose::GenView;
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
-use crate::format::journal::{JournalHeader, JournalWriter};
+use crate::format::journal::{JournalHeader, JournalWriter, SCOPE_IN_HEADER};
 use crate::index::GenIndex;
 use crate::publish::{publish, ChangeStats, PublishInput, Published};
 use crate::row::normalize;
@@ -32,6 +32,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use walk::{Event, Walker};
 
+/// Longest commit message (it is copied into every index record).
+pub const MAX_MESSAGE_BYTES: usize = 64 << 10;
 /// Hash jobs allowed in flight at once (bounds memory held by workers).
 const MAX_IN_FLIGHT: usize = 256;
 /// Parent blobs indexed for deduplication at most (about 100 bytes each).
@@ -73,6 +75,7 @@ impl Scope {
     }
 }
 
+#[derive(Debug, Clone)]
 pub struct CommitOptions {
     pub set: String,
     pub dir: PathBuf,
@@ -247,12 +250,28 @@ pub fn commit(
 ) -> Result<CommitSummary> {
     let started = Instant::now();
     check_set_name(&opts.set)?;
-    if !opts.dir.is_dir() {
+    let dir = std::fs::canonicalize(&opts.dir).map_err(|e| Error::io("resolve", &opts.dir, e))?;
+    if !dir.is_dir() {
         return Err(Error::Invalid(format!(
             "not a directory: dir=`{}`",
             opts.dir.display()
         )));
     }
+    if opts
+        .message
+        .as_ref()
+        .is_some_and(|m| m.len() > MAX_MESSAGE_BYTES)
+    {
+        return Err(Error::TooLarge {
+            what: "commit message",
+            size: opts.message.as_ref().map_or(0, |m| m.len() as u64),
+            limit: MAX_MESSAGE_BYTES as u64,
+        });
+    }
+    let opts = &CommitOptions {
+        dir,
+        ..opts.clone()
+    };
     let token = crate::token::new_token();
     let _writer = take_writer_lease(store, &opts.set, opts.wait, &token)?;
     clean_residue(store, &opts.set)?;
@@ -333,7 +352,11 @@ fn observe_and_publish(
         parent: parent.map(|p| p.generation()),
         scope: match &opts.scope {
             Scope::Whole => vec![String::new()],
-            Scope::Paths(p) => p.iter().map(hex::encode).collect(),
+            Scope::Paths(p) => p.iter().take(SCOPE_IN_HEADER).map(hex::encode).collect(),
+        },
+        scope_count: match &opts.scope {
+            Scope::Whole => 1,
+            Scope::Paths(p) => p.len() as u64,
         },
         owner: token.to_string(),
         created_ns: crate::token::now_ns(),
@@ -358,6 +381,7 @@ fn observe_and_publish(
         force_base: opts.force_base,
         message: opts.message.clone(),
         owner: token,
+        partial: !summary.skipped_unreadable.is_empty(),
         staging: &staging.dir,
         budget: opts.budget,
     };
@@ -378,6 +402,7 @@ fn fill_published(summary: &mut CommitSummary, p: Published) {
     summary.generation = Some(p.generation);
     summary.representation = Some(p.representation.label().to_string());
     summary.identity = Some(p.identity);
+    summary.warnings.extend(p.warnings);
 }
 
 fn record_walk(

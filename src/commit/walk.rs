@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::row::{check_path_len, join, split, BlobLoc, Kind, Row};
 use crossbeam_channel::{bounded, Sender};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 use std::ffi::OsStr;
 use std::fs::{self, Metadata};
 use std::io;
@@ -112,14 +112,20 @@ pub(crate) fn stat_row(parent: Vec<u8>, name: Vec<u8>, md: &Metadata, kind: Kind
         kind,
         mode: md.mode() & 0o7777,
         size: if kind == Kind::File { md.size() } else { 0 },
-        mtime_ns: md.mtime() * 1_000_000_000 + md.mtime_nsec(),
+        mtime_ns: md
+            .mtime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(md.mtime_nsec()),
         digest: None,
         blob: BlobLoc::None,
         target: None,
         first_gen: 0,
         changed_gen: 0,
         ino: md.ino(),
-        ctime_ns: md.ctime() * 1_000_000_000 + md.ctime_nsec(),
+        ctime_ns: md
+            .ctime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(md.ctime_nsec()),
     }
 }
 
@@ -185,16 +191,25 @@ impl<'a> Walker<'a> {
     }
 
     fn start_paths(&mut self, paths: &[Vec<u8>]) -> Result<()> {
-        let mut ancestors: HashSet<Vec<u8>> = HashSet::new();
+        // Ancestor path -> whether it is a directory on disk.
+        let mut ancestors: HashMap<Vec<u8>, bool> = HashMap::new();
         for p in paths {
-            let mut missing = false;
+            let mut reachable = true;
             for a in ancestors_of(p) {
-                if missing || !ancestors.insert(a.clone()) {
-                    continue;
+                let is_dir = match ancestors.get(&a) {
+                    Some(&d) => d,
+                    None => {
+                        let d = self.observe_ancestor(&a)?;
+                        ancestors.insert(a, d);
+                        d
+                    }
+                };
+                if !is_dir {
+                    reachable = false;
+                    break;
                 }
-                missing = !self.observe_ancestor(&a)?;
             }
-            if !missing {
+            if reachable {
                 self.start_path(p)?;
             }
         }
@@ -284,7 +299,7 @@ impl<'a> Walker<'a> {
         old: Option<Row>,
     ) -> Result<()> {
         let rel = join(dir, &name);
-        if let Err(e) = check_path_len(&rel) {
+        if let Err(e) = check_path_len(&rel).and_then(|()| crate::row::check_name(&name, &rel)) {
             self.problem(&rel, "refused", &e);
             return Ok(());
         }

@@ -22,6 +22,8 @@ const SEAL_LEN: u64 = 8 + 8 + 32;
 /// Largest single record (a row with two maximal paths fits easily).
 pub const MAX_RECORD_BYTES: u32 = 64 << 10;
 const MAX_HEADER_BYTES: u32 = 16 << 20;
+/// Covered prefixes recorded in the header (the rest are only counted).
+pub const SCOPE_IN_HEADER: usize = 1024;
 
 /// What the journal covers and on top of what it was observed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,8 +31,11 @@ pub struct JournalHeader {
     pub set: String,
     pub generation: u64,
     pub parent: Option<u64>,
-    /// Hex-encoded covered prefixes; `[""]` is the whole tree.
+    /// Hex-encoded covered prefixes, at most [`SCOPE_IN_HEADER`] of them;
+    /// `[""]` is the whole tree.
     pub scope: Vec<String>,
+    /// How many covered prefixes the commit had in all.
+    pub scope_count: u64,
     pub owner: String,
     pub created_ns: i64,
 }

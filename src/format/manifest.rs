@@ -101,6 +101,13 @@ pub struct Manifest {
     pub journal: Option<String>,
 }
 
+/// True for a 64-character lowercase hex digest (every stored object name).
+pub fn is_digest_name(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 impl Manifest {
     /// Serialize; returns the bytes and their SHA-256 name.
     pub fn encode(&self) -> Result<(Vec<u8>, String)> {
@@ -125,6 +132,24 @@ impl Manifest {
     }
 
     fn check(&self, name: &str) -> Result<()> {
+        let names = self
+            .segments
+            .iter()
+            .map(|s| &s.name)
+            .chain(self.packs.iter().map(|p| &p.name))
+            .chain(self.blobs.iter().map(|b| &b.name));
+        let bindings = self
+            .base
+            .iter()
+            .map(|b| &b.manifest)
+            .chain(self.parent.iter().map(|p| &p.manifest));
+        if !names.chain(bindings).all(|n| is_digest_name(n)) {
+            return Err(Error::corrupt(
+                "manifest",
+                name,
+                "a referenced name is not 64 lowercase hex digits",
+            ));
+        }
         let ok = match self.representation {
             RepKind::Base => self.base.is_none(),
             RepKind::Delta => self

@@ -679,8 +679,13 @@ fn check_row(name: &str, row: &Row) -> Result<()> {
     if row.name.len() > MAX_NAME || check_path_len(&row.parent).is_err() {
         return Err(bad("path over limit"));
     }
-    if row.name.contains(&b'/') || (row.name.is_empty() && !row.parent.is_empty()) {
+    let bad_name =
+        row.name.contains(&b'/') || row.name.contains(&0) || row.name == b"." || row.name == b"..";
+    if bad_name || row.parent.contains(&0) || (row.name.is_empty() && !row.parent.is_empty()) {
         return Err(bad("name invalid"));
+    }
+    if row.parent.len() + 1 + row.name.len() > crate::row::MAX_PATH {
+        return Err(bad("path over limit"));
     }
     let consistent = match row.kind {
         Kind::File => {

@@ -20,22 +20,41 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct LocalStorage {
     root: PathBuf,
+    /// Directories known to be durable in their parents during this process.
+    durable: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl LocalStorage {
     pub fn new(root: impl Into<PathBuf>) -> LocalStorage {
-        LocalStorage { root: root.into() }
+        LocalStorage {
+            root: root.into(),
+            durable: Default::default(),
+        }
     }
 
     fn path(&self, key: &str) -> PathBuf {
         self.root.join(key)
     }
 
+    /// Create the parent directory of `path` and make its name durable,
+    /// also when it already existed (an earlier attempt may have died
+    /// between mkdir and the fsync of its parent). Once per directory.
     fn ensure_parent(&self, path: &Path) -> Result<()> {
-        match path.parent() {
-            Some(dir) => ensure_dir(dir),
-            None => Ok(()),
+        let Some(dir) = path.parent() else {
+            return Ok(());
+        };
+        if self.durable.lock().expect("durable dirs").contains(dir) {
+            return Ok(());
         }
+        ensure_dir(dir)?;
+        if let Some(up) = dir.parent() {
+            fsync_dir(up)?;
+        }
+        self.durable
+            .lock()
+            .expect("durable dirs")
+            .insert(dir.to_path_buf());
+        Ok(())
     }
 
     fn temp_path(&self, final_path: &Path) -> PathBuf {
@@ -239,6 +258,14 @@ impl Storage for LocalStorage {
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let path = self.path(key);
         let f = File::open(&path).map_err(|e| not_found_or_io(e, key, &path))?;
+        let size = f.metadata().ctx("stat", &path)?.len();
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(Error::corrupt(
+                "object",
+                key,
+                format!("range past the end: offset={offset} len={len} size={size}"),
+            ));
+        }
         let mut buf = vec![0u8; len as usize];
         f.read_exact_at(&mut buf, offset).map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
@@ -277,6 +304,9 @@ impl Storage for LocalStorage {
         let created = rename_noreplace(staged, &path)?;
         if !created {
             fs::remove_file(staged).ctx("unlink-staged", staged)?;
+            // The existing name may come from an attempt that died before
+            // its directory fsync; make it durable before anyone relies on it.
+            fsync_dir(path.parent().unwrap_or(&self.root))?;
             return Ok(PutOutcome::AlreadyExists);
         }
         fsync_dir(path.parent().unwrap_or(&self.root))?;
