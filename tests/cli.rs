@@ -453,3 +453,50 @@ fn commit_json_and_log_json_have_the_documented_fields() {
         1
     );
 }
+
+#[test]
+fn mount_returns_when_ready_and_unmount_reports_a_busy_mount() {
+    let daemon = Path::new(bin()).with_file_name("strata-mountd");
+    assert!(
+        daemon.exists(),
+        "build the whole workspace first (cargo test --workspace): {}",
+        daemon.display()
+    );
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = setup(t.path());
+    let mnt = t.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let out = ok(&strata(&st, &["mount", mnt.to_str().unwrap()]));
+    assert!(out.contains("mounted"), "{out}");
+    assert_eq!(
+        fs::read(mnt.join("s/latest/d1/f1")).unwrap(),
+        fs::read(src.join("d1/f1")).unwrap()
+    );
+    let mut sleeper = Command::new("sleep")
+        .arg("30")
+        .current_dir(mnt.join("s/gens/1"))
+        .spawn()
+        .unwrap();
+    let busy = strata(&st, &["unmount", mnt.to_str().unwrap()]);
+    assert_eq!(busy.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&busy.stderr);
+    assert!(
+        err.contains(&format!("pid {} sleep", sleeper.id())),
+        "holder is named: {err}"
+    );
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    ok(&strata(&st, &["unmount", mnt.to_str().unwrap()]));
+    let start = std::time::Instant::now();
+    while fs::read_dir(st.join("pins/s"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+        > 0
+    {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "daemon released its pins"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

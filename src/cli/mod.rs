@@ -1,5 +1,6 @@
 //! Argument parsing and command dispatch for `strata`.
 
+mod mount;
 mod render;
 
 use clap::{Args, Parser, Subcommand};
@@ -52,6 +53,29 @@ enum Cmd {
     Verify(VerifyArgs),
     /// List the sets of the store
     Sets(JsonArg),
+    /// Mount every generation read-only at MOUNTPOINT (starts strata-mountd)
+    Mount(MountCmd),
+    /// Unmount: releases pins; a busy mount is reported unless --lazy
+    Unmount(UnmountCmd),
+}
+
+#[derive(Args)]
+struct MountCmd {
+    /// Serve only these sets (repeatable)
+    #[arg(long)]
+    set: Vec<String>,
+    /// Stay in the foreground (for systemd and tests)
+    #[arg(long)]
+    foreground: bool,
+    mountpoint: PathBuf,
+}
+
+#[derive(Args)]
+struct UnmountCmd {
+    /// Detach even if busy; open files are served until closed
+    #[arg(long)]
+    lazy: bool,
+    mountpoint: PathBuf,
 }
 
 #[derive(Args)]
@@ -192,6 +216,17 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Diff(a) => diff(&open(&cli.store)?, a),
         Cmd::Verify(a) => cmd_verify(&open(&cli.store)?, a),
         Cmd::Sets(a) => sets(&open(&cli.store)?, a),
+        Cmd::Mount(a) => {
+            open(&cli.store)?;
+            let store = store_path(&cli.store)?;
+            mount::mount(&mount::MountArgs {
+                store: &store,
+                mountpoint: &a.mountpoint,
+                sets: &a.set,
+                foreground: a.foreground,
+            })
+        }
+        Cmd::Unmount(a) => mount::unmount(&a.mountpoint, a.lazy),
     }
 }
 

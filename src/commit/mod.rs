@@ -371,6 +371,7 @@ fn observe_and_publish(
     store.failpoints().hit(Step::JournalSealed)?;
     summary.observe_ms = started.elapsed().as_millis() as u64;
     if records == 0 {
+        summary.changes.unchanged = summary.walked;
         return Ok(());
     }
     let input = PublishInput {

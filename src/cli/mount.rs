@@ -1,0 +1,187 @@
+//! `strata mount` / `strata unmount`: start the mount daemon and wait until
+//! the mount is ready; unmount cleanly, reporting who keeps a busy mount.
+
+use std::ffi::CString;
+use std::fs::OpenOptions;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use strata::error::{Error, Result};
+
+/// How long `strata mount` waits for the daemon to mount.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// `strata-mountd` next to this binary, else from `PATH`.
+fn daemon_binary() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .map(|p| p.with_file_name("strata-mountd"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("strata-mountd"))
+}
+
+/// True when `point` is a mount point in this namespace.
+pub(crate) fn is_mounted(point: &Path) -> bool {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
+        return false;
+    };
+    let want = point.to_string_lossy().replace(' ', "\\040");
+    mounts
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(want.as_str()))
+}
+
+pub(crate) struct MountArgs<'a> {
+    pub store: &'a Path,
+    pub mountpoint: &'a Path,
+    pub sets: &'a [String],
+    pub foreground: bool,
+}
+
+pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
+    let point =
+        std::fs::canonicalize(a.mountpoint).map_err(|e| Error::io("resolve", a.mountpoint, e))?;
+    if is_mounted(&point) {
+        return Err(Error::Invalid(format!(
+            "already mounted: mountpoint=`{}`",
+            point.display()
+        )));
+    }
+    let mut cmd = Command::new(daemon_binary());
+    cmd.arg("--store").arg(a.store).arg(&point);
+    for s in a.sets {
+        cmd.arg("--set").arg(s);
+    }
+    if a.foreground {
+        let status = cmd
+            .status()
+            .map_err(|e| Error::io("spawn", "strata-mountd", e))?;
+        return Ok(status.code().unwrap_or(1));
+    }
+    daemonize(cmd, a.store, &point)
+}
+
+fn daemonize(mut cmd: Command, store: &Path, point: &Path) -> Result<i32> {
+    let logs = store.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|e| Error::io("mkdir", &logs, e))?;
+    let log_path = logs.join("mountd.log");
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| Error::io("open", &log_path, e))?;
+    let err = log
+        .try_clone()
+        .map_err(|e| Error::io("dup", &log_path, e))?;
+    cmd.stdin(Stdio::null()).stdout(log).stderr(err);
+    // SAFETY: setsid is async-signal-safe; it detaches the daemon from our session.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::io("spawn", "strata-mountd", e))?;
+    let start = Instant::now();
+    while !is_mounted(point) {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| Error::io("wait", "strata-mountd", e))?
+        {
+            return Err(Error::Invalid(format!(
+                "strata-mountd exited before mounting ({status}); see {}",
+                log_path.display()
+            )));
+        }
+        if start.elapsed() > READY_TIMEOUT {
+            return Err(Error::Internal(format!(
+                "mount not ready after {READY_TIMEOUT:?}; see {}",
+                log_path.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "mounted {} at {} (strata-mountd pid {}, log {})",
+        store.display(),
+        point.display(),
+        child.id(),
+        log_path.display()
+    );
+    Ok(0)
+}
+
+pub(crate) fn unmount(mountpoint: &Path, lazy: bool) -> Result<i32> {
+    let point =
+        std::fs::canonicalize(mountpoint).map_err(|e| Error::io("resolve", mountpoint, e))?;
+    if !is_mounted(&point) {
+        return Err(Error::Invalid(format!(
+            "not mounted: mountpoint=`{}`",
+            point.display()
+        )));
+    }
+    let c = CString::new(point.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid("nul in path".into()))?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        println!(
+            "unmounted {}{}",
+            point.display(),
+            if lazy {
+                " (detached; open files are served until closed)"
+            } else {
+                ""
+            }
+        );
+        return Ok(0);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EBUSY) {
+        return Err(Error::io("umount", &point, e));
+    }
+    let holders = holders(&point);
+    eprintln!("strata: mount is busy; not detached (use --lazy to detach and let open files finish): mountpoint=`{}`", point.display());
+    for h in &holders {
+        eprintln!("  {h}");
+    }
+    Ok(4)
+}
+
+/// Processes with a cwd, root or open file under `point`, as `pid comm: path`.
+fn holders(point: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let pid = p.file_name();
+        let own = pid.to_str().and_then(|s| s.parse::<u32>().ok()) == Some(std::process::id());
+        if own || !pid.as_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let dir = p.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let mut links = vec![dir.join("cwd"), dir.join("root")];
+        if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
+            links.extend(fds.flatten().map(|f| f.path()));
+        }
+        if let Some(hit) = links
+            .iter()
+            .filter_map(|l| std::fs::read_link(l).ok())
+            .find(|t| t.starts_with(point))
+        {
+            out.push(format!(
+                "pid {} {}: {}",
+                pid.to_string_lossy(),
+                comm.trim(),
+                hit.display()
+            ));
+        }
+    }
+    out
+}
