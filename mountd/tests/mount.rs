@@ -423,3 +423,62 @@ fn writes_are_refused_read_only() {
         Some(libc::ENOENT)
     );
 }
+
+#[test]
+fn concurrent_readers_see_no_error_while_commits_land() {
+    let t = tempfile::tempdir().unwrap();
+    let (st, mnt, src) = (
+        t.path().join("store"),
+        t.path().join("mnt"),
+        t.path().join("src"),
+    );
+    let store = new_store(&st);
+    for i in 0..200 {
+        write(
+            &src,
+            &format!("d{}/f{i}", i % 10),
+            format!("needle {i}\n").as_bytes(),
+        );
+    }
+    commit_dir(&store, "s", &src);
+    let m = Mount::start(&st, &mnt);
+    let latest = m.point.join("s/latest/");
+    let script = "for i in $(seq 30); do find \"$1\" >/dev/null && grep -rq needle \"$1\" && cat \"$1/d0/f0\" >/dev/null || { echo \"failed in round $i\"; exit 1; }; done";
+    let readers: Vec<Child> = (0..3)
+        .map(|_| {
+            Command::new("bash")
+                .args(["-c", script, "reader"])
+                .arg(&latest)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for round in 0..6 {
+        write(&src, &format!("d{round}/new{round}"), b"needle new");
+        if round > 0 {
+            fs::remove_file(src.join(format!("d{}/new{}", round - 1, round - 1))).unwrap();
+        }
+        write(
+            &src,
+            "d1/f1",
+            format!("needle rewritten {round}").as_bytes(),
+        );
+        commit_dir(&store, "s", &src);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for r in readers {
+        let out = r.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "reader failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let last = Instant::now();
+    wait_for("latest to reach the last commit", || {
+        fs::read_link(m.point.join("s/latest")).unwrap() == Path::new("gens/7")
+    });
+    assert!(last.elapsed() < Duration::from_secs(1));
+}
