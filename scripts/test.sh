@@ -19,4 +19,11 @@ rustup component list --installed 2>/dev/null | grep -q clippy || rustup compone
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace
+mkdir -p target
+set +e
+cargo test --workspace --all-targets 2>&1 | tee target/test-output.log
+status=${PIPESTATUS[0]}
+set -e
+# One plain closing line with the totals of every test binary.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' target/test-output.log
+exit "$status"

@@ -86,6 +86,32 @@ impl Drop for Mount {
     }
 }
 
+/// A temporary store, mount point and source directory.
+struct Scratch {
+    _dir: tempfile::TempDir,
+    st: PathBuf,
+    mnt: PathBuf,
+    src: PathBuf,
+    store: Store,
+}
+
+fn scratch() -> Scratch {
+    let dir = tempfile::tempdir().unwrap();
+    let (st, mnt, src) = (
+        dir.path().join("store"),
+        dir.path().join("mnt"),
+        dir.path().join("src"),
+    );
+    let store = new_store(&st);
+    Scratch {
+        _dir: dir,
+        st,
+        mnt,
+        src,
+        store,
+    }
+}
+
 fn new_store(dir: &Path) -> Store {
     fs::create_dir_all(dir).unwrap();
     Store::init(Arc::new(LocalStorage::new(dir))).unwrap().0
@@ -216,13 +242,13 @@ fn every_generation_diffs_clean_against_the_tree_committed_as_it() {
 
 #[test]
 fn latest_follows_commits_while_old_readers_keep_their_generation() {
-    let t = tempfile::tempdir().unwrap();
-    let (st, mnt, src) = (
-        t.path().join("store"),
-        t.path().join("mnt"),
-        t.path().join("src"),
-    );
-    let store = new_store(&st);
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
     write(&src, "f.txt", b"one");
     write(&src, "dir/inner.txt", b"inner one");
     commit_dir(&store, "s", &src);
@@ -281,13 +307,13 @@ fn hex(d: &[u8; 32]) -> String {
 
 #[test]
 fn a_flipped_byte_is_eio_for_that_file_only() {
-    let t = tempfile::tempdir().unwrap();
-    let (st, mnt, src) = (
-        t.path().join("store"),
-        t.path().join("mnt"),
-        t.path().join("src"),
-    );
-    let store = new_store(&st);
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
     write(&src, "big.bin", &noise(1, 2 << 20));
     write(&src, "small.bin", &noise(2, 5000));
     write(&src, "fine.txt", b"still fine");
@@ -307,13 +333,13 @@ fn a_flipped_byte_is_eio_for_that_file_only() {
 
 #[test]
 fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
-    let t = tempfile::tempdir().unwrap();
-    let (st, mnt, src) = (
-        t.path().join("store"),
-        t.path().join("mnt"),
-        t.path().join("src"),
-    );
-    let store = new_store(&st);
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
     write(&src, "f.bin", &noise(3, 3 << 20));
     commit_dir(&store, "s", &src);
     let mut m = Mount::start(&st, &mnt);
@@ -345,13 +371,13 @@ fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
 #[test]
 fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
     use strata::storage::{LeaseState, Storage};
-    let t = tempfile::tempdir().unwrap();
-    let (st, mnt, src) = (
-        t.path().join("store"),
-        t.path().join("mnt"),
-        t.path().join("src"),
-    );
-    let store = new_store(&st);
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
     write(&src, "f.txt", b"content");
     commit_dir(&store, "s", &src);
     let mut m = Mount::start(&st, &mnt);
@@ -390,13 +416,13 @@ fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
 
 #[test]
 fn writes_are_refused_read_only() {
-    let t = tempfile::tempdir().unwrap();
-    let (st, mnt, src) = (
-        t.path().join("store"),
-        t.path().join("mnt"),
-        t.path().join("src"),
-    );
-    let store = new_store(&st);
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
     write(&src, "f.txt", b"x");
     commit_dir(&store, "s", &src);
     let m = Mount::start(&st, &mnt);
@@ -426,13 +452,13 @@ fn writes_are_refused_read_only() {
 
 #[test]
 fn concurrent_readers_see_no_error_while_commits_land() {
-    let t = tempfile::tempdir().unwrap();
-    let (st, mnt, src) = (
-        t.path().join("store"),
-        t.path().join("mnt"),
-        t.path().join("src"),
-    );
-    let store = new_store(&st);
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
     for i in 0..200 {
         write(
             &src,

@@ -9,7 +9,7 @@
 
 use super::walk::stat_row;
 use super::{Progress, Staging};
-use crate::error::{Error, IoContext, Result};
+use crate::error::{IoContext, Result};
 use crate::format::journal::JournalWriter;
 use crate::format::pack::{PackWriter, PACK_TARGET_BYTES};
 use crate::row::{BlobLoc, Codec, Kind, Row};
@@ -205,7 +205,7 @@ pub(crate) fn hash_job(
                 return SinkMsg::Problem(format!(
                     "{}: cannot read: {}",
                     crate::row::show(&path),
-                    chain(&e)
+                    crate::cli_chain(&e)
                 ))
             }
         }
@@ -222,17 +222,6 @@ pub(crate) struct HashJob {
     pub row: Row,
     pub abs: PathBuf,
     pub prev: Option<Row>,
-}
-
-fn chain(e: &Error) -> String {
-    let mut s = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
 }
 
 fn open_nofollow(abs: &Path) -> Result<File> {

@@ -584,11 +584,7 @@ fn decode_batch(name: &str, b: &RecordBatch, out: &mut Vec<Row>) -> Result<()> {
     let size = col::<UInt64Array>(name, b, 4)?;
     let mtime = col::<Int64Array>(name, b, 5)?;
     let digest = col::<FixedSizeBinaryArray>(name, b, 6)?;
-    let blob = col::<UInt8Array>(name, b, 7)?;
-    let pack = col::<FixedSizeBinaryArray>(name, b, 8)?;
-    let offset = col::<UInt64Array>(name, b, 9)?;
-    let stored = col::<UInt64Array>(name, b, 10)?;
-    let codec = col::<UInt8Array>(name, b, 11)?;
+    let locs = LocColumns::at(name, b, 7)?;
     let target = col::<BinaryArray>(name, b, 12)?;
     let first = col::<UInt64Array>(name, b, 13)?;
     let changed = col::<UInt64Array>(name, b, 14)?;
@@ -597,17 +593,7 @@ fn decode_batch(name: &str, b: &RecordBatch, out: &mut Vec<Row>) -> Result<()> {
     let bad = |what: &str| Error::corrupt("segment", name, format!("invalid {what}"));
     for i in 0..b.num_rows() {
         let kind = Kind::from_code(kind.value(i)).ok_or_else(|| bad("kind"))?;
-        let blob = match blob.value(i) {
-            0 => BlobLoc::None,
-            1 => BlobLoc::Standalone,
-            2 if pack.is_valid(i) => BlobLoc::Packed {
-                pack: fixed32(pack.value(i)).ok_or_else(|| bad("pack digest"))?,
-                offset: offset.value(i),
-                len: stored.value(i),
-                codec: Codec::from_code(codec.value(i)).ok_or_else(|| bad("codec"))?,
-            },
-            _ => return Err(bad("blob location")),
-        };
+        let blob = locs.loc(i)?;
         let row = Row {
             parent: parent.value(i).to_vec(),
             name: names.value(i).to_vec(),
@@ -636,29 +622,55 @@ fn decode_batch(name: &str, b: &RecordBatch, out: &mut Vec<Row>) -> Result<()> {
 /// Columns a blob-reference scan decodes: digest, blob, pack, offset, stored_len, codec.
 const BLOB_COLUMNS: [usize; 6] = [6, 7, 8, 9, 10, 11];
 
-fn decode_blob_refs(name: &str, b: &RecordBatch, out: &mut Vec<([u8; 32], BlobLoc)>) -> Result<()> {
-    let digest = col::<FixedSizeBinaryArray>(name, b, 0)?;
-    let blob = col::<UInt8Array>(name, b, 1)?;
-    let pack = col::<FixedSizeBinaryArray>(name, b, 2)?;
-    let offset = col::<UInt64Array>(name, b, 3)?;
-    let stored = col::<UInt64Array>(name, b, 4)?;
-    let codec = col::<UInt8Array>(name, b, 5)?;
-    let bad = |what: &str| Error::corrupt("segment", name, format!("invalid {what}"));
-    for i in 0..b.num_rows() {
-        let loc = match blob.value(i) {
-            0 => continue,
+/// The five columns that locate a blob, starting at column `first`.
+struct LocColumns<'a> {
+    name: &'a str,
+    blob: &'a UInt8Array,
+    pack: &'a FixedSizeBinaryArray,
+    offset: &'a UInt64Array,
+    stored: &'a UInt64Array,
+    codec: &'a UInt8Array,
+}
+
+impl<'a> LocColumns<'a> {
+    fn at(name: &'a str, b: &'a RecordBatch, first: usize) -> Result<LocColumns<'a>> {
+        Ok(LocColumns {
+            name,
+            blob: col(name, b, first)?,
+            pack: col(name, b, first + 1)?,
+            offset: col(name, b, first + 2)?,
+            stored: col(name, b, first + 3)?,
+            codec: col(name, b, first + 4)?,
+        })
+    }
+
+    fn loc(&self, i: usize) -> Result<BlobLoc> {
+        let bad = |what: &str| Error::corrupt("segment", self.name, format!("invalid {what}"));
+        Ok(match self.blob.value(i) {
+            0 => BlobLoc::None,
             1 => BlobLoc::Standalone,
-            2 if pack.is_valid(i) => BlobLoc::Packed {
-                pack: fixed32(pack.value(i)).ok_or_else(|| bad("pack digest"))?,
-                offset: offset.value(i),
-                len: stored.value(i),
-                codec: Codec::from_code(codec.value(i)).ok_or_else(|| bad("codec"))?,
+            2 if self.pack.is_valid(i) => BlobLoc::Packed {
+                pack: fixed32(self.pack.value(i)).ok_or_else(|| bad("pack digest"))?,
+                offset: self.offset.value(i),
+                len: self.stored.value(i),
+                codec: Codec::from_code(self.codec.value(i)).ok_or_else(|| bad("codec"))?,
             },
             _ => return Err(bad("blob location")),
-        };
-        if digest.is_valid(i) {
-            out.push((fixed32(digest.value(i)).ok_or_else(|| bad("digest"))?, loc));
+        })
+    }
+}
+
+fn decode_blob_refs(name: &str, b: &RecordBatch, out: &mut Vec<([u8; 32], BlobLoc)>) -> Result<()> {
+    let digest = col::<FixedSizeBinaryArray>(name, b, 0)?;
+    let locs = LocColumns::at(name, b, 1)?;
+    for i in 0..b.num_rows() {
+        let loc = locs.loc(i)?;
+        if loc == BlobLoc::None || !digest.is_valid(i) {
+            continue;
         }
+        let d = fixed32(digest.value(i))
+            .ok_or_else(|| Error::corrupt("segment", name, "invalid digest"))?;
+        out.push((d, loc));
     }
     Ok(())
 }
