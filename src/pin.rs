@@ -124,3 +124,95 @@ fn take(store: &Store, record: &IndexRecord, rep: &RepRecord, holder: &str) -> R
         ))),
     }
 }
+
+/// Liveness of a pin as decided by a lock probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PinState {
+    Held,
+    Unheld,
+    /// The marker's body does not parse; reported, never removed blindly.
+    Invalid,
+}
+
+/// One pin marker as `strata pins` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PinInfo {
+    pub key: String,
+    pub state: PinState,
+    pub set: String,
+    pub generation: u64,
+    pub representation: String,
+    pub manifest: String,
+    pub holder: String,
+    pub since_ns: i64,
+}
+
+#[derive(serde::Deserialize)]
+struct PinRecord {
+    #[serde(rename = "type")]
+    tag: String,
+    version: u32,
+    set: String,
+    generation: u64,
+    representation: String,
+    manifest: String,
+    holder: String,
+    since_ns: i64,
+}
+
+/// Every pin marker of the store with its probed state.
+pub fn list(store: &Store) -> Result<Vec<PinInfo>> {
+    let mut out = Vec::new();
+    for set in store.storage().list("pins")? {
+        for name in store.storage().list(&keys::pin_dir(&set))? {
+            if !name.ends_with(".pin") {
+                continue;
+            }
+            let key = format!("{}/{name}", keys::pin_dir(&set));
+            if let Some(info) = inspect(store, &key)? {
+                out.push(info);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Probe one marker; `None` if it vanished meanwhile (released).
+fn inspect(store: &Store, key: &str) -> Result<Option<PinInfo>> {
+    let state = match store.storage().probe_lease(key)? {
+        crate::storage::LeaseState::Missing => return Ok(None),
+        crate::storage::LeaseState::Held { .. } => PinState::Held,
+        crate::storage::LeaseState::Unheld => PinState::Unheld,
+    };
+    let body = match store.storage().get(key, 64 << 10) {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let parsed = serde_json::from_slice::<PinRecord>(&body)
+        .ok()
+        .filter(|p| p.tag == "strata-pin" && p.version == 1);
+    Ok(Some(match parsed {
+        Some(p) => PinInfo {
+            key: key.to_string(),
+            state,
+            set: p.set,
+            generation: p.generation,
+            representation: p.representation,
+            manifest: p.manifest,
+            holder: p.holder,
+            since_ns: p.since_ns,
+        },
+        None => PinInfo {
+            key: key.to_string(),
+            state: PinState::Invalid,
+            set: String::new(),
+            generation: 0,
+            representation: String::new(),
+            manifest: String::new(),
+            holder: String::new(),
+            since_ns: 0,
+        },
+    }))
+}

@@ -500,3 +500,63 @@ fn mount_returns_when_ready_and_unmount_reports_a_busy_mount() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+#[test]
+fn pins_lists_holders_and_tells_held_from_unheld() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = setup(t.path());
+    let mut reader = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "exec {} --store {} cat --set s large | (sleep 30; cat >/dev/null)",
+            bin(),
+            st.display()
+        ))
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let held = loop {
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(&strata(&st, &["pins", "--json"]))).unwrap();
+        if let Some(p) = v.as_array().unwrap().iter().find(|p| p["state"] == "held") {
+            break p.clone();
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "no held pin appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(
+        (
+            held["set"].as_str(),
+            held["generation"].as_u64(),
+            held["representation"].as_str()
+        ),
+        (Some("s"), Some(1), Some("base"))
+    );
+    assert!(
+        held["holder"].as_str().unwrap().starts_with("cat pid="),
+        "{held}"
+    );
+    Command::new("pkill")
+        .args(["-KILL", "-P"])
+        .arg(reader.id().to_string())
+        .status()
+        .unwrap();
+    reader.kill().unwrap();
+    reader.wait().unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let out = ok(&strata(&st, &["pins"]));
+        if out.contains("unheld") || out.lines().count() == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "pin still held: {out}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(src);
+}

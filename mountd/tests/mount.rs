@@ -370,7 +370,6 @@ fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
 
 #[test]
 fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
-    use strata::storage::{LeaseState, Storage};
     let Scratch {
         _dir,
         st,
@@ -393,13 +392,16 @@ fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
     m.signal(libc::SIGKILL);
     let (status, _) = m.wait();
     assert!(!status.success());
-    let storage = LocalStorage::new(&st);
-    for p in &pins {
+    let listed = strata::pin::list(&store).unwrap();
+    assert_eq!(listed.len(), pins.len());
+    for p in &listed {
         assert_eq!(
-            storage.probe_lease(&format!("pins/s/{p}")).unwrap(),
-            LeaseState::Unheld,
-            "pin {p} of a killed daemon is unheld"
+            p.state,
+            strata::pin::PinState::Unheld,
+            "pin {} of a killed daemon is unheld",
+            p.key
         );
+        assert!(p.holder.starts_with("mountd"), "{}", p.holder);
     }
     assert!(Command::new("umount")
         .arg("-l")

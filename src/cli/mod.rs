@@ -53,6 +53,8 @@ enum Cmd {
     Verify(VerifyArgs),
     /// List the sets of the store
     Sets(JsonArg),
+    /// List read pins with holder and liveness (held, unheld, invalid)
+    Pins(JsonArg),
     /// Mount every generation read-only at MOUNTPOINT (starts strata-mountd)
     Mount(MountCmd),
     /// Unmount: releases pins; a busy mount is reported unless --lazy
@@ -216,6 +218,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Diff(a) => diff(&open(&cli.store)?, a),
         Cmd::Verify(a) => cmd_verify(&open(&cli.store)?, a),
         Cmd::Sets(a) => sets(&open(&cli.store)?, a),
+        Cmd::Pins(a) => pins(&open(&cli.store)?, a),
         Cmd::Mount(a) => {
             open(&cli.store)?;
             let store = store_path(&cli.store)?;
@@ -601,6 +604,38 @@ fn sets(store: &Store, a: JsonArg) -> Result<i32> {
     println!(
         "{}",
         render::table(&["SET", "LATEST", "FILES", "BYTES"], &table)
+    );
+    Ok(0)
+}
+
+fn pins(store: &Store, a: JsonArg) -> Result<i32> {
+    let pins = strata::pin::list(store)?;
+    if a.json {
+        return print_json(&pins);
+    }
+    let rows: Vec<Vec<String>> = pins
+        .iter()
+        .map(|p| {
+            let state = serde_json::to_value(p.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            vec![
+                state,
+                p.set.clone(),
+                p.generation.to_string(),
+                p.representation.clone(),
+                render::time(p.since_ns),
+                p.holder.clone(),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        render::table(
+            &["STATE", "SET", "GEN", "REP", "SINCE (UTC)", "HOLDER"],
+            &rows
+        )
     );
     Ok(0)
 }
