@@ -14,6 +14,12 @@ need() { # need COMMAND DEBIAN-PACKAGE
 }
 need setpriv util-linux   # unreadable-file tests run the CLI as an unprivileged user
 need mkfifo coreutils     # special-file tests
+need umount mount         # mount tests detach leftover mounts
+need diff diffutils       # mount tests compare generations with diff -r
+# The control-socket test runs a tiny client as another uid; it needs the
+# system interpreter (a per-user one under /root is unreadable to nobody).
+[ -x /usr/bin/python3 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3; }
+[ -e /dev/fuse ] || { echo "mount tests need /dev/fuse" >&2; exit 1; }
 command -v cargo >/dev/null || { echo "cargo is required (rustup)" >&2; exit 1; }
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt 2>/dev/null || true
 

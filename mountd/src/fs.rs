@@ -51,7 +51,16 @@ struct DirItem {
     name: OsString,
 }
 
+/// Live counters the control socket reports.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) inodes: AtomicU64,
+    pub(crate) handles: AtomicU64,
+    pub(crate) verified: AtomicU64,
+}
+
 pub(crate) struct StrataFs {
+    stats: Arc<Stats>,
     gens: Arc<Gens>,
     /// Sets served; empty means every set of the store.
     only: Vec<String>,
@@ -107,10 +116,11 @@ fn file_type(kind: Kind) -> FileType {
 }
 
 impl StrataFs {
-    pub(crate) fn new(gens: Arc<Gens>, only: Vec<String>) -> StrataFs {
+    pub(crate) fn new(gens: Arc<Gens>, only: Vec<String>, stats: Arc<Stats>) -> StrataFs {
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         StrataFs {
+            stats,
             gens,
             only,
             inodes: Mutex::new(Inodes::default()),
@@ -280,7 +290,11 @@ impl StrataFs {
         let parent = self.node(parent)?;
         let child = self.child(&parent, name)?;
         let (mut attr, ttl) = self.attr(0, &child)?;
-        attr.ino = INodeNo(self.inodes.lock().expect("inodes").remember(child));
+        let mut inodes = self.inodes.lock().expect("inodes");
+        attr.ino = INodeNo(inodes.remember(child));
+        self.stats
+            .inodes
+            .store(inodes.len() as u64, Ordering::Relaxed);
         Ok((attr, ttl))
     }
 
@@ -339,6 +353,7 @@ impl StrataFs {
     fn new_handle(&self, h: Handle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().expect("handles").insert(fh, h);
+        self.stats.handles.fetch_add(1, Ordering::Relaxed);
         fh
     }
 
@@ -361,6 +376,7 @@ impl StrataFs {
             return Err(Errno::EIO);
         }
         self.verified.lock().expect("verified").insert(digest);
+        self.stats.verified.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -477,7 +493,11 @@ impl Filesystem for StrataFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inodes.lock().expect("inodes").forget(ino.0, nlookup);
+        let mut inodes = self.inodes.lock().expect("inodes");
+        inodes.forget(ino.0, nlookup);
+        self.stats
+            .inodes
+            .store(inodes.len() as u64, Ordering::Relaxed);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -554,7 +574,15 @@ impl Filesystem for StrataFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles.lock().expect("handles").remove(&fh.0);
+        if self
+            .handles
+            .lock()
+            .expect("handles")
+            .remove(&fh.0)
+            .is_some()
+        {
+            self.stats.handles.fetch_sub(1, Ordering::Relaxed);
+        }
         reply.ok();
     }
 
@@ -611,7 +639,15 @@ impl Filesystem for StrataFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.handles.lock().expect("handles").remove(&fh.0);
+        if self
+            .handles
+            .lock()
+            .expect("handles")
+            .remove(&fh.0)
+            .is_some()
+        {
+            self.stats.handles.fetch_sub(1, Ordering::Relaxed);
+        }
         reply.ok();
     }
 

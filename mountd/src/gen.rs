@@ -88,4 +88,16 @@ impl Gens {
             .insert(set.to_string(), (Instant::now(), g.clone()));
         Ok(Some(g))
     }
+
+    /// Drop the pinned latest of every set (at shutdown, after the session
+    /// ended, so no node holds a generation any more: every pin is released).
+    pub(crate) fn release(&self) {
+        self.latest.lock().expect("latest").clear();
+    }
+
+    /// Number of generations currently pinned by this daemon.
+    pub(crate) fn pinned(&self) -> usize {
+        let open = self.open.lock().expect("gens");
+        open.values().filter(|w| w.strong_count() > 0).count()
+    }
 }

@@ -7,6 +7,7 @@
 //! exits 0. A background refresher keeps each set's latest generation pinned
 //! and current.
 
+mod control;
 mod fs;
 mod gen;
 mod node;
@@ -66,7 +67,8 @@ fn run(args: Args) -> Result<(), String> {
         strata::store::check_set_name(s).map_err(|e| e.to_string())?;
     }
     let gens = Arc::new(gen::Gens::new(store));
-    let fs = fs::StrataFs::new(gens.clone(), args.set.clone());
+    let stats = Arc::new(fs::Stats::default());
+    let fs = fs::StrataFs::new(gens.clone(), args.set.clone(), stats.clone());
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::RO,
@@ -79,6 +81,14 @@ fn run(args: Args) -> Result<(), String> {
     let session = Session::new(fs, &args.mountpoint, &config)
         .map_err(|e| format!("mount {}: {e}", args.mountpoint.display()))?;
     spawn_signal_waiter(args.mountpoint.clone());
+    let ctx = control::Context::new(
+        gens.clone(),
+        stats,
+        args.set.clone(),
+        args.mountpoint.clone(),
+    );
+    let socket = control::start(&root, ctx).map_err(|e| format!("control socket: {e}"))?;
+    eprintln!("strata-mountd: control socket {}", socket.display());
     let (stop, refresher) = spawn_refresher(gens.clone(), args.set);
     eprintln!(
         "strata-mountd: serving {} at {}",
@@ -86,9 +96,10 @@ fn run(args: Args) -> Result<(), String> {
         args.mountpoint.display()
     );
     let served = session.run().map_err(|e| format!("session: {e}"));
+    let _ = std::fs::remove_file(&socket);
     drop(stop);
     let _ = refresher.join();
-    drop(gens);
+    gens.release();
     served?;
     eprintln!("strata-mountd: unmounted; pins released");
     Ok(())
@@ -125,17 +136,19 @@ fn spawn_signal_waiter(mountpoint: PathBuf) {
 
 /// Lazily detach the mount: new lookups fail, open files keep working.
 fn detach(mountpoint: &Path) {
-    let Ok(c) = CString::new(mountpoint.as_os_str().as_bytes()) else {
-        return;
-    };
-    // SAFETY: a valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-        eprintln!(
-            "strata-mountd: error: detach {}: {}",
-            mountpoint.display(),
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = umount(mountpoint, libc::MNT_DETACH) {
+        eprintln!("strata-mountd: error: detach {}: {e}", mountpoint.display());
     }
+}
+
+/// `umount2(mountpoint, flags)`.
+pub(crate) fn umount(mountpoint: &Path, flags: i32) -> std::io::Result<()> {
+    let c = CString::new(mountpoint.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Re-read and pin each set's latest generation every [`REFRESH_EVERY`]

@@ -510,3 +510,118 @@ fn concurrent_readers_see_no_error_while_commits_land() {
     });
     assert!(last.elapsed() < Duration::from_secs(1));
 }
+
+fn control_socket(st: &Path) -> PathBuf {
+    let mut found = None;
+    wait_for("control socket", || {
+        found = fs::read_dir(st.join("run")).ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|x| x == "sock"))
+        });
+        found.is_some()
+    });
+    found.unwrap()
+}
+
+/// Send raw bytes, half-close, and read every reply line.
+fn exchange(socket: &Path, bytes: &[u8]) -> Vec<serde_json::Value> {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn control_socket_answers_status_and_survives_bad_clients() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "f.txt", b"x");
+    commit_dir(&store, "s", &src);
+    let _m = Mount::start(&st, &mnt);
+    let sock = control_socket(&st);
+    let mode = fs::metadata(&sock).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+    let slow = UnixStream::connect(&sock).unwrap();
+    let mut half = UnixStream::connect(&sock).unwrap();
+    half.write_all(br#"{"version":1,"comm"#).unwrap();
+    drop(half);
+    let replies = exchange(&sock, b"garbage\n{\"version\":1,\"command\":\"status\",\"extra\":1}\n{\"version\":1,\"command\":\"nope\"}\n{\"version\":9,\"command\":\"status\"}\n{\"version\":1,\"command\":\"status\"}\n");
+    let kinds: Vec<_> = replies
+        .iter()
+        .map(|r| r["error"]["kind"].as_str().unwrap_or("ok").to_string())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "invalid-request",
+            "invalid-request",
+            "unknown-command",
+            "unsupported-version",
+            "ok"
+        ]
+    );
+    let status = &replies[4]["result"];
+    assert_eq!(status["sets"][0]["set"], "s");
+    assert_eq!(status["sets"][0]["latest"], 1);
+    assert!(status["pinned_generations"].as_u64().unwrap() >= 1);
+    let mut big = vec![b'x'; (1 << 20) + 10];
+    big.push(b'\n');
+    let replies = exchange(&sock, &big);
+    assert_eq!(replies[0]["error"]["kind"], "too-large");
+    let pins = exchange(&sock, b"{\"version\":1,\"command\":\"pins\"}\n");
+    assert_eq!(pins[0]["result"][0]["set"], "s", "{pins:?}");
+    drop(slow);
+}
+
+#[test]
+fn control_socket_refuses_another_uid() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "f.txt", b"x");
+    commit_dir(&store, "s", &src);
+    let _m = Mount::start(&st, &mnt);
+    let sock = control_socket(&st);
+    let client = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1]); s.sendall(b'{\"version\":1,\"command\":\"status\"}\\n'); print(s.makefile().readline())\nexcept OSError as e:\n    print('refused', e)\n";
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            client,
+        ])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("refused") || text.contains("forbidden"),
+        "another uid must be refused: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("\"ok\":true"));
+}

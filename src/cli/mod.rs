@@ -1,5 +1,6 @@
 //! Argument parsing and command dispatch for `strata`.
 
+mod control;
 mod mount;
 mod render;
 
@@ -55,6 +56,8 @@ enum Cmd {
     Sets(JsonArg),
     /// List read pins with holder and liveness (held, unheld, invalid)
     Pins(JsonArg),
+    /// Status of the store's mount daemons (through their control sockets)
+    Status(JsonArg),
     /// Mount every generation read-only at MOUNTPOINT (starts strata-mountd)
     Mount(MountCmd),
     /// Unmount: releases pins; a busy mount is reported unless --lazy
@@ -219,6 +222,10 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Verify(a) => cmd_verify(&open(&cli.store)?, a),
         Cmd::Sets(a) => sets(&open(&cli.store)?, a),
         Cmd::Pins(a) => pins(&open(&cli.store)?, a),
+        Cmd::Status(a) => {
+            let store = open(&cli.store)?;
+            status(&store, &store_path(&cli.store)?, a)
+        }
         Cmd::Mount(a) => {
             open(&cli.store)?;
             let store = store_path(&cli.store)?;
@@ -637,5 +644,63 @@ fn pins(store: &Store, a: JsonArg) -> Result<i32> {
             &rows
         )
     );
+    Ok(0)
+}
+
+fn status(store: &Store, root: &std::path::Path, a: JsonArg) -> Result<i32> {
+    let mut daemons = Vec::new();
+    for socket in control::sockets(root) {
+        if let Some(v) = control::ask(&socket, "status")? {
+            daemons.push(serde_json::json!({ "socket": socket, "status": v }));
+        }
+    }
+    let mut sets = Vec::new();
+    for s in store.sets()? {
+        let latest = GenIndex::new(store, &s).latest()?.map(|r| r.generation);
+        sets.push(serde_json::json!({ "set": s, "latest": latest }));
+    }
+    let pins = strata::pin::list(store)?;
+    let held = pins
+        .iter()
+        .filter(|p| p.state == strata::pin::PinState::Held)
+        .count();
+    if a.json {
+        return print_json(
+            &serde_json::json!({ "store": root, "sets": sets, "pins": { "held": held, "total": pins.len() }, "daemons": daemons }),
+        );
+    }
+    println!(
+        "store {}: {} set(s), {held} held pin(s) of {}",
+        root.display(),
+        sets.len(),
+        pins.len()
+    );
+    let rows: Vec<Vec<String>> = sets
+        .iter()
+        .map(|s| {
+            vec![
+                s["set"].as_str().unwrap_or("").to_string(),
+                s["latest"].as_u64().map_or("-".into(), |g| g.to_string()),
+            ]
+        })
+        .collect();
+    println!("{}", render::table(&["SET", "LATEST"], &rows));
+    if daemons.is_empty() {
+        println!("no mount daemon is serving this store");
+    }
+    for d in &daemons {
+        let s = &d["status"];
+        println!(
+            "daemon pid {} at {}: up {} s, {} pinned generation(s), {} inode(s), {} open handle(s), RSS {}\n  control socket {}",
+            s["pid"],
+            s["mountpoint"].as_str().unwrap_or("?"),
+            s["uptime_s"],
+            s["pinned_generations"],
+            s["inodes"],
+            s["open_handles"],
+            render::bytes(s["rss_bytes"].as_u64().unwrap_or(0)),
+            d["socket"].as_str().unwrap_or("?"),
+        );
+    }
     Ok(0)
 }

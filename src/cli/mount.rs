@@ -105,6 +105,10 @@ fn daemonize(mut cmd: Command, store: &Path, point: &Path) -> Result<i32> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let socket = super::control::wait_for_socket(store, child.id(), READY_TIMEOUT);
+    let socket = socket.map_or("not bound; see the log".to_string(), |s| {
+        s.display().to_string()
+    });
     println!(
         "mounted {} at {} (strata-mountd pid {}, log {})",
         store.display(),
@@ -112,6 +116,7 @@ fn daemonize(mut cmd: Command, store: &Path, point: &Path) -> Result<i32> {
         child.id(),
         log_path.display()
     );
+    println!("control socket {socket}");
     Ok(0)
 }
 

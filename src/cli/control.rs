@@ -1,0 +1,80 @@
+//! Client side of the control socket (docs/CONTROL.md): find the daemons of
+//! a store without flags and ask them.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use strata::error::{Error, Result};
+
+const PROTOCOL_VERSION: u32 = 1;
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Control sockets of daemons serving `store` (`<store>/run/mountd-*.sock`).
+pub(crate) fn sockets(store: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(store.join("run")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "sock")
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("mountd-"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Send one command; `Ok(None)` when nobody listens (a stale socket).
+pub(crate) fn ask(socket: &Path, command: &str) -> Result<Option<Value>> {
+    let stream = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(e)
+            if e.raw_os_error() == Some(libc::ECONNREFUSED)
+                || e.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(Error::io("connect", socket, e)),
+    };
+    stream
+        .set_read_timeout(Some(TIMEOUT))
+        .map_err(|e| Error::io("socket", socket, e))?;
+    let mut line = serde_json::to_vec(&json!({ "version": PROTOCOL_VERSION, "command": command }))
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    line.push(b'\n');
+    (&stream)
+        .write_all(&line)
+        .map_err(|e| Error::io("write", socket, e))?;
+    let mut reply = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut reply)
+        .map_err(|e| Error::io("read", socket, e))?;
+    let v: Value = serde_json::from_str(&reply).map_err(|e| {
+        Error::corrupt("control reply", socket.display().to_string(), e.to_string())
+    })?;
+    if v["ok"] != true {
+        return Err(Error::Conflict(format!(
+            "daemon refused `{command}`: {}",
+            v["error"]["message"].as_str().unwrap_or("no message")
+        )));
+    }
+    Ok(Some(v["result"].clone()))
+}
+
+/// Wait until the daemon with `pid` has its socket bound.
+pub(crate) fn wait_for_socket(store: &Path, pid: u32, timeout: Duration) -> Option<PathBuf> {
+    let path = store.join("run").join(format!("mountd-{pid}.sock"));
+    let start = std::time::Instant::now();
+    while start.elapsed() < timeout {
+        if path.exists() {
+            return Some(path);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
