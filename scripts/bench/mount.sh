@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Mount benchmark: the same tree read through the native filesystem, a strata
+# mount, squashfuse_ll on a squashfs image of it, and `restic mount` of a
+# restic snapshot of it, side by side in one run, cold (page, dentry and
+# inode caches dropped) and warm.
+#   scripts/bench/mount.sh [WORKDIR]       (default: target/bench-mount; ~6 GiB)
+# Prints a Markdown table and writes it to WORKDIR/mount-results.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT="$PWD"
+WORK="${1:-$ROOT/target/bench-mount}"
+for pkg in restic:restic mksquashfs:squashfs-tools squashfuse_ll:squashfuse fusermount3:fuse3 bc:bc /usr/bin/time:time; do
+    command -v "${pkg%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg##*:}"; }
+done
+cargo build --release --quiet --workspace
+STRATA="$ROOT/target/release/strata"
+export RESTIC_PASSWORD=bench RESTIC_CACHE_DIR="$WORK/restic-cache"
+cleanup() {
+    for m in "$WORK"/mnt-*; do mountpoint -q "$m" 2>/dev/null && umount -l "$m"; done
+    [ -n "${RESTIC_PID:-}" ] && kill "$RESTIC_PID" 2>/dev/null || true
+}
+trap cleanup EXIT
+cleanup
+rm -rf "$WORK" && mkdir -p "$WORK"/mnt-strata "$WORK"/mnt-squash "$WORK"/mnt-restic
+RESULTS="$WORK/mount-results.md"
+TREE="$WORK/mixed"
+
+echo "generating mixed tree..." >&2
+python3 "$ROOT/scripts/bench/gentree.py" mixed "$TREE"
+"$STRATA" --store "$WORK/store" init >/dev/null
+"$STRATA" --store "$WORK/store" commit --set b "$TREE" >/dev/null
+mksquashfs "$TREE" "$WORK/tree.sqfs" -comp zstd -no-progress -quiet >/dev/null
+restic init --repo "$WORK/restic" >/dev/null
+restic --repo "$WORK/restic" backup -q "$TREE"
+
+start=$(date +%s.%N)
+"$STRATA" --store "$WORK/store" mount "$WORK/mnt-strata" >/dev/null
+ready_strata=$(echo "$(date +%s.%N) - $start" | bc)
+squashfuse_ll "$WORK/tree.sqfs" "$WORK/mnt-squash"
+start=$(date +%s.%N)
+restic --repo "$WORK/restic" mount "$WORK/mnt-restic" >/dev/null 2>&1 &
+RESTIC_PID=$!
+until [ -d "$WORK/mnt-restic/snapshots/latest" ]; do sleep 0.05; done
+ready_restic=$(echo "$(date +%s.%N) - $start" | bc)
+
+declare -A DIRS=(
+    [native]="$TREE"
+    [strata]="$WORK/mnt-strata/b/latest/"
+    [squashfuse_ll]="$WORK/mnt-squash"
+    [restic]="$WORK/mnt-restic/snapshots/latest$TREE"
+)
+ORDER="native strata squashfuse_ll restic"
+
+# t CMD... : wall seconds
+t() {
+    /usr/bin/time -f "%e" -o "$WORK/t.out" "$@" >/dev/null 2>&1 || echo "failed: $*" >&2
+    cat "$WORK/t.out"
+}
+cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+printf '# mount benchmark, %s, %s cores, kernel %s\n\n' "$(date -u +%F)" "$(nproc)" "$(uname -r)" | tee "$RESULTS"
+printf 'tree: %s files, %s bytes; mount ready: strata %.2f s, restic %.2f s\n\n' "$(find "$TREE" -type f | wc -l)" "$(du -sb "$TREE" | cut -f1)" "$ready_strata" "$ready_restic" | tee -a "$RESULTS"
+printf '| target | cache | find \\| wc -l | ls -lR | grep -r | cat 512 MiB file |\n|---|---|---|---|---|---|\n' | tee -a "$RESULTS"
+for name in $ORDER; do
+    d="${DIRS[$name]}"
+    for cache in cold warm; do
+        [ "$cache" = cold ] && cold
+        f=$(t bash -c "find '$d' | wc -l")
+        l=$(t ls -lR "$d")
+        g=$(t bash -c "grep -r -q needle-that-is-not-there '$d' || true")
+        [ "$cache" = cold ] && cold
+        c=$(t cat "$d/media/big.bin")
+        printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$cache" "$f" "$l" "$g" "$c" | tee -a "$RESULTS"
+    done
+done
+pid=$(pgrep -f "strata-mountd --store $WORK/store" | head -1)
+printf '\nstrata-mountd RSS after the walks: %s\n' "$(grep VmRSS /proc/"$pid"/status | awk '{print $2 " " $3}')" | tee -a "$RESULTS"
+"$STRATA" --store "$WORK/store" unmount "$WORK/mnt-strata" >/dev/null
+echo "results: $RESULTS" >&2
