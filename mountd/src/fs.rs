@@ -474,6 +474,8 @@ impl Filesystem for StrataFs {
             self.passthrough = true;
         }
         let _ = config.set_max_readahead(1 << 20);
+        // Cache symlink targets: `latest` is invalidated by the refresher when it moves.
+        let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
         eprintln!(
             "strata-mountd: kernel passthrough {}",
             if self.passthrough {

@@ -13,7 +13,8 @@ mod gen;
 mod node;
 
 use clap::Parser;
-use fuser::{Config, MountOption, Session};
+use fuser::{Config, INodeNo, MountOption, Notifier, Session};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -89,7 +90,7 @@ fn run(args: Args) -> Result<(), String> {
     );
     let socket = control::start(&root, ctx).map_err(|e| format!("control socket: {e}"))?;
     eprintln!("strata-mountd: control socket {}", socket.display());
-    let (stop, refresher) = spawn_refresher(gens.clone(), args.set);
+    let (stop, refresher) = spawn_refresher(gens.clone(), args.set, session.notifier());
     eprintln!(
         "strata-mountd: serving {} at {}",
         root.display(),
@@ -153,27 +154,44 @@ pub(crate) fn umount(mountpoint: &Path, flags: i32) -> std::io::Result<()> {
 
 /// Re-read and pin each set's latest generation every [`REFRESH_EVERY`]
 /// until the returned sender is dropped; join the handle to release it.
+/// When a set's latest moves, the kernel's cached `latest` symlink is
+/// invalidated (symlink targets are cached, so reads through `latest` do not
+/// pay a readlink round trip per path resolution).
 fn spawn_refresher(
     gens: Arc<gen::Gens>,
     only: Vec<String>,
+    notifier: Notifier,
 ) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let (stop, stopped) = mpsc::channel::<()>();
-    let handle = std::thread::spawn(move || loop {
-        let sets = if only.is_empty() {
-            gens.store().sets().unwrap_or_default()
-        } else {
-            only.clone()
-        };
-        for s in &sets {
-            if let Err(e) = gens.refresh(s) {
-                eprintln!(
-                    "strata-mountd: error: refresh latest of {s}: {}",
-                    strata::cli_chain(&e)
-                );
+    let handle = std::thread::spawn(move || {
+        let mut seen: HashMap<String, u64> = HashMap::new();
+        loop {
+            let sets = if only.is_empty() {
+                gens.store().sets().unwrap_or_default()
+            } else {
+                only.clone()
+            };
+            for s in &sets {
+                match gens.refresh(s) {
+                    Ok(Some(g)) => {
+                        if seen
+                            .insert(s.clone(), g.generation)
+                            .is_some_and(|prev| prev != g.generation)
+                        {
+                            let ino = node::ino_of(&node::Node::Latest(s.clone()));
+                            let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => eprintln!(
+                        "strata-mountd: error: refresh latest of {s}: {}",
+                        strata::cli_chain(&e)
+                    ),
+                }
             }
-        }
-        if stopped.recv_timeout(REFRESH_EVERY) != Err(mpsc::RecvTimeoutError::Timeout) {
-            return;
+            if stopped.recv_timeout(REFRESH_EVERY) != Err(mpsc::RecvTimeoutError::Timeout) {
+                return;
+            }
         }
     });
     (stop, handle)
