@@ -7,7 +7,7 @@
 //! Layout: `/<set>/latest -> gens/<N>`, `/<set>/gens/<N>/...`.
 
 use crate::gen::{Gen, Gens};
-use crate::node::{ino_of, Inodes, Node, ROOT};
+use crate::node::{ino_of, Inodes, Node};
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
@@ -611,7 +611,9 @@ impl Filesystem for StrataFs {
             reply.error(Errno::EBADF);
             return;
         };
-        let dots = [(ino.0, "."), (ROOT.max(ino.0), "..")];
+        // The kernel resolves `..` itself; the parent is not tracked, so both
+        // dot entries carry this directory's number (informational only).
+        let dots = [(ino.0, "."), (ino.0, "..")];
         let total = items.len() as u64 + 2;
         for i in offset..total {
             let full = match i {

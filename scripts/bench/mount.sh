@@ -2,7 +2,8 @@
 # Mount benchmark: the same tree read through the native filesystem, a strata
 # mount, squashfuse_ll on a squashfs image of it, and `restic mount` of a
 # restic snapshot of it, side by side in one run, cold (page, dentry and
-# inode caches dropped) and warm.
+# inode caches dropped before each command) and warm (each command run once
+# untimed, then timed).
 #   scripts/bench/mount.sh [WORKDIR]       (default: target/bench-mount; ~6 GiB)
 # Prints a Markdown table and writes it to WORKDIR/mount-results.md.
 set -euo pipefail
@@ -57,6 +58,12 @@ t() {
     cat "$WORK/t.out"
 }
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# m MODE CMD... : cold = drop caches first; warm = run once untimed first
+m() {
+    local mode="$1"; shift
+    if [ "$mode" = cold ]; then cold; else "$@" >/dev/null 2>&1 || true; fi
+    t "$@"
+}
 
 printf '# mount benchmark, %s, %s cores, kernel %s\n\n' "$(date -u +%F)" "$(nproc)" "$(uname -r)" | tee "$RESULTS"
 printf 'tree: %s files, %s bytes; mount ready: strata %.2f s, restic %.2f s\n\n' "$(find "$TREE" -type f | wc -l)" "$(du -sb "$TREE" | cut -f1)" "$ready_strata" "$ready_restic" | tee -a "$RESULTS"
@@ -64,12 +71,10 @@ printf '| target | cache | find \\| wc -l | ls -lR | grep -r | cat 512 MiB file 
 for name in $ORDER; do
     d="${DIRS[$name]}"
     for cache in cold warm; do
-        [ "$cache" = cold ] && cold
-        f=$(t bash -c "find '$d' | wc -l")
-        l=$(t ls -lR "$d")
-        g=$(t bash -c "grep -r -q needle-that-is-not-there '$d' || true")
-        [ "$cache" = cold ] && cold
-        c=$(t cat "$d/media/big.bin")
+        f=$(m "$cache" bash -c "find '$d' | wc -l")
+        l=$(m "$cache" ls -lR "$d")
+        g=$(m "$cache" bash -c "grep -r -q needle-that-is-not-there '$d' || true")
+        c=$(m "$cache" cat "$d/media/big.bin")
         printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$cache" "$f" "$l" "$g" "$c" | tee -a "$RESULTS"
     done
 done
