@@ -530,6 +530,7 @@ impl Filesystem for StrataFs {
             Ok(Opened::Passthrough(file)) => match reply.open_backing(&file) {
                 Ok(id) => {
                     let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                    self.stats.handles.fetch_add(1, Ordering::Relaxed);
                     let mut handles = self.handles.lock().expect("handles");
                     let h = handles
                         .entry(fh)
@@ -540,8 +541,9 @@ impl Filesystem for StrataFs {
                     reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id);
                 }
                 Err(e) => {
-                    eprintln!("strata-mountd: error: open_backing: {e}");
-                    reply.error(Errno::EIO);
+                    eprintln!("strata-mountd: warning: passthrough refused ({e}); serving reads for this file");
+                    let fh = self.new_handle(Handle::File(file));
+                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
                 }
             },
             Ok(Opened::Handle(h, flags)) => reply.opened(FileHandle(self.new_handle(h)), flags),

@@ -96,7 +96,7 @@ fn run(args: Args) -> Result<(), String> {
         root.display(),
         args.mountpoint.display()
     );
-    let served = session.run().map_err(|e| format!("session: {e}"));
+    let served = session_ended(session.run());
     let _ = std::fs::remove_file(&socket);
     drop(stop);
     let _ = refresher.join();
@@ -133,6 +133,21 @@ fn spawn_signal_waiter(mountpoint: PathBuf) {
         eprintln!("strata-mountd: signal {sig}: detaching; open files are served until closed");
         detach(&mountpoint);
     });
+}
+
+/// The session's result once the kernel is done with the mount. When the
+/// last user of a detached mount goes, the kernel tears the connection down
+/// and a worker reading `/dev/fuse` may see ECONNABORTED instead of ENODEV;
+/// either way the mount is gone and the daemon ends normally.
+fn session_ended(result: std::io::Result<()>) -> Result<(), String> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
+            eprintln!("strata-mountd: the kernel closed the FUSE connection");
+            Ok(())
+        }
+        Err(e) => Err(format!("session: {e}")),
+    }
 }
 
 /// Lazily detach the mount: new lookups fail, open files keep working.

@@ -19,7 +19,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -255,12 +255,15 @@ fn read_file(
         read_small(&file, abs, &mut row, dedup, prev)?
     };
     let Some(msg) = read else { return Ok(None) };
-    let after = file.metadata().ctx("fstat", abs)?;
-    if stat_row(Vec::new(), Vec::new(), &after, Kind::File).ctime_ns != row.ctime_ns
-        || after.size() != row.size
-        || after.mtime_nsec() != before.mtime_nsec()
-        || after.mtime() != before.mtime()
-    {
+    let after = stat_row(
+        Vec::new(),
+        Vec::new(),
+        &file.metadata().ctx("fstat", abs)?,
+        Kind::File,
+    );
+    let same = (after.size, after.mtime_ns, after.ctime_ns, after.ino)
+        == (row.size, row.mtime_ns, row.ctime_ns, row.ino);
+    if !same {
         if let SinkMsg::Standalone { staged, .. } = &msg {
             let _ = std::fs::remove_file(staged);
         }

@@ -242,13 +242,9 @@ fn take_writer_lease(store: &Store, set: &str, wait: bool, token: &str) -> Resul
     }
 }
 
-/// Commit `opts.dir` as the next generation of `opts.set`.
-pub fn commit(
-    store: &Store,
-    opts: &CommitOptions,
-    progress: Arc<Progress>,
-) -> Result<CommitSummary> {
-    let started = Instant::now();
+/// Check the options and resolve the directory (a symlinked `DIR` commits
+/// the directory it names; nothing below it is ever followed).
+fn validated(opts: &CommitOptions) -> Result<CommitOptions> {
     check_set_name(&opts.set)?;
     let dir = std::fs::canonicalize(&opts.dir).map_err(|e| Error::io("resolve", &opts.dir, e))?;
     if !dir.is_dir() {
@@ -257,21 +253,28 @@ pub fn commit(
             opts.dir.display()
         )));
     }
-    if opts
-        .message
-        .as_ref()
-        .is_some_and(|m| m.len() > MAX_MESSAGE_BYTES)
-    {
+    let message_len = opts.message.as_ref().map_or(0, |m| m.len());
+    if message_len > MAX_MESSAGE_BYTES {
         return Err(Error::TooLarge {
             what: "commit message",
-            size: opts.message.as_ref().map_or(0, |m| m.len() as u64),
+            size: message_len as u64,
             limit: MAX_MESSAGE_BYTES as u64,
         });
     }
-    let opts = &CommitOptions {
+    Ok(CommitOptions {
         dir,
         ..opts.clone()
-    };
+    })
+}
+
+/// Commit `opts.dir` as the next generation of `opts.set`.
+pub fn commit(
+    store: &Store,
+    opts: &CommitOptions,
+    progress: Arc<Progress>,
+) -> Result<CommitSummary> {
+    let started = Instant::now();
+    let opts = &validated(opts)?;
     let token = crate::token::new_token();
     let _writer = take_writer_lease(store, &opts.set, opts.wait, &token)?;
     clean_residue(store, &opts.set)?;
@@ -448,9 +451,6 @@ fn observe(
     let dedup: OnceLock<DedupIndex> = OnceLock::new();
     let walked = pool.in_place_scope(|scope| -> Result<WalkStats> {
         let mut emit = |ev: Event| -> Result<()> {
-            progress
-                .walked
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let job = match ev {
                 Event::Row(r) => return tx.send(SinkMsg::Journal(r)).map_err(|_| sink_gone()),
                 Event::Hash(job) => job,
