@@ -20,7 +20,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use strata::error::Error;
 use strata::format::record::State;
@@ -39,10 +39,25 @@ enum Handle {
     Passthrough { _backing: BackingId, file: File },
     /// A verified standalone blob read with pread (no passthrough).
     File(File),
-    /// Verified content of a packed (small) blob.
-    Buffer(Vec<u8>),
-    /// A directory listing snapshot, so offsets stay valid across readdir calls.
-    Dir(Vec<DirItem>),
+    /// A packed (small) blob, read and verified at the first `read`: with
+    /// FOPEN_KEEP_CACHE a warm open whose pages the kernel holds costs nothing.
+    Packed(Arc<LazyBlob>),
+    /// A directory listing, built at the first `readdir` and then kept so
+    /// offsets stay valid; generation directories are cached by the kernel.
+    Dir(Arc<LazyListing>),
+}
+
+/// Content of one packed blob, loaded once per open handle.
+struct LazyBlob {
+    row: Arc<Row>,
+    what: String,
+    data: OnceLock<Reply<Vec<u8>>>,
+}
+
+/// Listing of one directory, built once per open handle.
+struct LazyListing {
+    node: Node,
+    items: OnceLock<Reply<Vec<DirItem>>>,
 }
 
 struct DirItem {
@@ -411,10 +426,13 @@ impl StrataFs {
         match (row.blob, row.digest) {
             (BlobLoc::Standalone, Some(digest)) => self.open_standalone(digest, &what),
             _ => {
-                let bytes =
-                    strata::blob::read(self.gens.store(), &row).map_err(|e| errno(&e, &what))?;
+                let blob = LazyBlob {
+                    row,
+                    what,
+                    data: OnceLock::new(),
+                };
                 Ok(Opened::Handle(
-                    Handle::Buffer(bytes),
+                    Handle::Packed(Arc::new(blob)),
                     FopenFlags::FOPEN_KEEP_CACHE,
                 ))
             }
@@ -447,22 +465,26 @@ impl StrataFs {
     }
 
     fn do_read(&self, fh: FileHandle, offset: u64, size: u32) -> Reply<Vec<u8>> {
-        let handles = self.handles.lock().expect("handles");
-        let read_file = |f: &File| {
-            let mut buf = vec![0u8; size as usize];
-            let n = f.read_at(&mut buf, offset).map_err(Errno::from)?;
-            buf.truncate(n);
-            Ok(buf)
-        };
-        match handles.get(&fh.0) {
-            Some(Handle::Buffer(b)) => {
-                let start = (offset as usize).min(b.len());
-                let end = start.saturating_add(size as usize).min(b.len());
-                Ok(b[start..end].to_vec())
+        let blob = {
+            let handles = self.handles.lock().expect("handles");
+            match handles.get(&fh.0) {
+                Some(Handle::Packed(b)) => b.clone(),
+                Some(Handle::File(f)) | Some(Handle::Passthrough { file: f, .. }) => {
+                    let mut buf = vec![0u8; size as usize];
+                    let n = f.read_at(&mut buf, offset).map_err(Errno::from)?;
+                    buf.truncate(n);
+                    return Ok(buf);
+                }
+                _ => return Err(Errno::EBADF),
             }
-            Some(Handle::File(f)) | Some(Handle::Passthrough { file: f, .. }) => read_file(f),
-            _ => Err(Errno::EBADF),
-        }
+        };
+        let data = blob.data.get_or_init(|| {
+            strata::blob::read(self.gens.store(), &blob.row).map_err(|e| errno(&e, &blob.what))
+        });
+        let b = data.as_ref().map_err(|e| *e)?;
+        let start = (offset as usize).min(b.len());
+        let end = start.saturating_add(size as usize).min(b.len());
+        Ok(b[start..end].to_vec())
     }
 }
 
@@ -591,11 +613,24 @@ impl Filesystem for StrataFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match guarded("opendir", || self.node(ino).and_then(|n| self.listing(&n))) {
-            Ok(items) => reply.opened(
-                FileHandle(self.new_handle(Handle::Dir(items))),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
+        match guarded("opendir", || self.node(ino)) {
+            Ok(node) => {
+                // Generation directories never change: let the kernel keep their listings.
+                let immutable = matches!(node, Node::Entry { .. });
+                let flags = if immutable {
+                    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
+                } else {
+                    FopenFlags::empty()
+                };
+                let listing = LazyListing {
+                    node,
+                    items: OnceLock::new(),
+                };
+                reply.opened(
+                    FileHandle(self.new_handle(Handle::Dir(Arc::new(listing)))),
+                    flags,
+                );
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -608,10 +643,16 @@ impl Filesystem for StrataFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let handles = self.handles.lock().expect("handles");
-        let Some(Handle::Dir(items)) = handles.get(&fh.0) else {
-            reply.error(Errno::EBADF);
-            return;
+        let listing = match self.handles.lock().expect("handles").get(&fh.0) {
+            Some(Handle::Dir(l)) => l.clone(),
+            _ => return reply.error(Errno::EBADF),
+        };
+        let items = listing
+            .items
+            .get_or_init(|| guarded("readdir", || self.listing(&listing.node)));
+        let items = match items {
+            Ok(items) => items,
+            Err(e) => return reply.error(*e),
         };
         // The kernel resolves `..` itself; the parent is not tracked, so both
         // dot entries carry this directory's number (informational only).
