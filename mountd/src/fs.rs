@@ -2,7 +2,8 @@
 //! generations. No strata logic lives here; every handler resolves a node,
 //! asks the core (`GenView::lookup`, `list_dir`, `blob::read`), and maps
 //! errors to a deliberate errno, logging the cause. Handler bodies run under
-//! `catch_unwind`: a panic becomes EIO and a log line, never a dead mount.
+//! `catch_unwind`: a panic becomes EIO and a log line, never a dead mount;
+//! locks tolerate poisoning so one caught panic cannot disable the others.
 //!
 //! Layout: `/<set>/latest -> gens/<N>`, `/<set>/gens/<N>/...`.
 
@@ -20,7 +21,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use strata::error::Error;
 use strata::format::record::State;
@@ -164,7 +165,7 @@ impl StrataFs {
     fn node(&self, ino: INodeNo) -> Reply<Node> {
         self.inodes
             .lock()
-            .expect("inodes")
+            .unwrap_or_else(PoisonError::into_inner)
             .get(ino.0)
             .ok_or(Errno::ENOENT)
     }
@@ -305,7 +306,7 @@ impl StrataFs {
         let parent = self.node(parent)?;
         let child = self.child(&parent, name)?;
         let (mut attr, ttl) = self.attr(0, &child)?;
-        let mut inodes = self.inodes.lock().expect("inodes");
+        let mut inodes = self.inodes.lock().unwrap_or_else(PoisonError::into_inner);
         attr.ino = INodeNo(inodes.remember(child));
         self.stats
             .inodes
@@ -367,14 +368,22 @@ impl StrataFs {
 
     fn new_handle(&self, h: Handle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().expect("handles").insert(fh, h);
+        self.handles
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(fh, h);
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         fh
     }
 
     /// Verify a whole standalone blob once per daemon run.
     fn verify_standalone(&self, file: &File, digest: [u8; 32], what: &str) -> Reply<()> {
-        if self.verified.lock().expect("verified").contains(&digest) {
+        if self
+            .verified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&digest)
+        {
             return Ok(());
         }
         let mut hasher = blake3::Hasher::new();
@@ -390,7 +399,10 @@ impl StrataFs {
             );
             return Err(Errno::EIO);
         }
-        self.verified.lock().expect("verified").insert(digest);
+        self.verified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(digest);
         self.stats.verified.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -466,7 +478,7 @@ impl StrataFs {
 
     fn do_read(&self, fh: FileHandle, offset: u64, size: u32) -> Reply<Vec<u8>> {
         let blob = {
-            let handles = self.handles.lock().expect("handles");
+            let handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
             match handles.get(&fh.0) {
                 Some(Handle::Packed(b)) => b.clone(),
                 Some(Handle::File(f)) | Some(Handle::Passthrough { file: f, .. }) => {
@@ -517,7 +529,7 @@ impl Filesystem for StrataFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let mut inodes = self.inodes.lock().expect("inodes");
+        let mut inodes = self.inodes.lock().unwrap_or_else(PoisonError::into_inner);
         inodes.forget(ino.0, nlookup);
         self.stats
             .inodes
@@ -553,7 +565,7 @@ impl Filesystem for StrataFs {
                 Ok(id) => {
                     let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
                     self.stats.handles.fetch_add(1, Ordering::Relaxed);
-                    let mut handles = self.handles.lock().expect("handles");
+                    let mut handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
                     let h = handles
                         .entry(fh)
                         .or_insert(Handle::Passthrough { _backing: id, file });
@@ -603,7 +615,7 @@ impl Filesystem for StrataFs {
         if self
             .handles
             .lock()
-            .expect("handles")
+            .unwrap_or_else(PoisonError::into_inner)
             .remove(&fh.0)
             .is_some()
         {
@@ -643,7 +655,12 @@ impl Filesystem for StrataFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let listing = match self.handles.lock().expect("handles").get(&fh.0) {
+        let listing = match self
+            .handles
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&fh.0)
+        {
             Some(Handle::Dir(l)) => l.clone(),
             _ => return reply.error(Errno::EBADF),
         };
@@ -689,7 +706,7 @@ impl Filesystem for StrataFs {
         if self
             .handles
             .lock()
-            .expect("handles")
+            .unwrap_or_else(PoisonError::into_inner)
             .remove(&fh.0)
             .is_some()
         {
@@ -703,7 +720,10 @@ impl Filesystem for StrataFs {
             0,
             0,
             0,
-            self.inodes.lock().expect("inodes").len() as u64,
+            self.inodes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .len() as u64,
             0,
             4096,
             255,

@@ -4,7 +4,7 @@
 //! it is latest or while any node, open file or directory handle holds it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use strata::compose::GenView;
 use strata::index::GenIndex;
@@ -45,7 +45,7 @@ impl Gens {
         if let Some(g) = self
             .open
             .lock()
-            .expect("gens")
+            .unwrap_or_else(PoisonError::into_inner)
             .get(&key)
             .and_then(Weak::upgrade)
         {
@@ -57,7 +57,7 @@ impl Gens {
             generation,
             view,
         });
-        let mut open = self.open.lock().expect("gens");
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         open.retain(|_, w| w.strong_count() > 0);
         Ok(open
             .entry(key)
@@ -68,7 +68,12 @@ impl Gens {
 
     /// The latest generation of `set`, re-read when older than [`LATEST_FRESH`].
     pub(crate) fn latest(&self, set: &str) -> Result<Option<Arc<Gen>>> {
-        if let Some((at, g)) = self.latest.lock().expect("latest").get(set) {
+        if let Some((at, g)) = self
+            .latest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(set)
+        {
             if at.elapsed() < LATEST_FRESH {
                 return Ok(Some(g.clone()));
             }
@@ -84,7 +89,7 @@ impl Gens {
         let g = self.get(set, record.generation)?;
         self.latest
             .lock()
-            .expect("latest")
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(set.to_string(), (Instant::now(), g.clone()));
         Ok(Some(g))
     }
@@ -92,12 +97,15 @@ impl Gens {
     /// Drop the pinned latest of every set (at shutdown, after the session
     /// ended, so no node holds a generation any more: every pin is released).
     pub(crate) fn release(&self) {
-        self.latest.lock().expect("latest").clear();
+        self.latest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Number of generations currently pinned by this daemon.
     pub(crate) fn pinned(&self) -> usize {
-        let open = self.open.lock().expect("gens");
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         open.values().filter(|w| w.strong_count() > 0).count()
     }
 }

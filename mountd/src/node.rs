@@ -69,7 +69,9 @@ pub(crate) fn ino_of(node: &Node) -> u64 {
 
 fn hashed(key: &[u8]) -> u64 {
     let h = blake3::hash(key);
-    let v = u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"));
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&h.as_bytes()[..8]);
+    let v = u64::from_le_bytes(first);
     (v % (FALLBACK_BASE - 2)) + 2
 }
 
@@ -130,8 +132,9 @@ impl Inodes {
         };
         slot.lookups = slot.lookups.saturating_sub(n);
         if slot.lookups == 0 {
-            let slot = self.slots.remove(&ino).expect("present");
-            self.by_key.remove(&slot.key);
+            if let Some(slot) = self.slots.remove(&ino) {
+                self.by_key.remove(&slot.key);
+            }
         }
     }
 
