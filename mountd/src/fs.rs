@@ -376,6 +376,18 @@ impl StrataFs {
         fh
     }
 
+    /// Forget an open file or directory handle (release / releasedir).
+    fn drop_handle(&self, fh: FileHandle) {
+        let removed = self
+            .handles
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&fh.0);
+        if removed.is_some() {
+            self.stats.handles.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Verify a whole standalone blob once per daemon run.
     fn verify_standalone(&self, file: &File, digest: [u8; 32], what: &str) -> Reply<()> {
         if self
@@ -395,7 +407,7 @@ impl StrataFs {
         if hasher.finalize().as_bytes() != &digest {
             eprintln!(
                 "strata-mountd: error: {what}: blob {} fails its BLAKE3 check; answered EIO",
-                hex_of(&digest)
+                hex::encode(digest)
             );
             return Err(Errno::EIO);
         }
@@ -406,10 +418,6 @@ impl StrataFs {
         self.stats.verified.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
-}
-
-fn hex_of(d: &[u8; 32]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What `open` decided to do.
@@ -452,7 +460,7 @@ impl StrataFs {
     }
 
     fn open_standalone(&self, digest: [u8; 32], what: &str) -> Reply<Opened> {
-        let key = keys::blob(&hex_of(&digest));
+        let key = keys::blob(&hex::encode(digest));
         let path = self
             .gens
             .store()
@@ -612,15 +620,7 @@ impl Filesystem for StrataFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if self
-            .handles
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&fh.0)
-            .is_some()
-        {
-            self.stats.handles.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.drop_handle(fh);
         reply.ok();
     }
 
@@ -703,15 +703,7 @@ impl Filesystem for StrataFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        if self
-            .handles
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&fh.0)
-            .is_some()
-        {
-            self.stats.handles.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.drop_handle(fh);
         reply.ok();
     }
 

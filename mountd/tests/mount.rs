@@ -287,11 +287,11 @@ fn flip_blob_byte(st: &Path, store: &Store, path: &[u8]) {
     let row = view.lookup(path).unwrap().unwrap();
     let (file, at) = match row.blob {
         strata::row::BlobLoc::Standalone => (
-            st.join(strata::store::keys::blob(&hex(&row.digest.unwrap()))),
+            st.join(strata::store::keys::blob(&hex::encode(row.digest.unwrap()))),
             100,
         ),
         strata::row::BlobLoc::Packed { pack, offset, .. } => (
-            st.join(strata::store::keys::pack(&hex(&pack))),
+            st.join(strata::store::keys::pack(&hex::encode(pack))),
             offset as usize + 10,
         ),
         strata::row::BlobLoc::None => panic!("no blob"),
@@ -299,10 +299,6 @@ fn flip_blob_byte(st: &Path, store: &Store, path: &[u8]) {
     let mut b = fs::read(&file).unwrap();
     b[at] ^= 0x20;
     fs::write(&file, b).unwrap();
-}
-
-fn hex(d: &[u8; 32]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[test]
