@@ -2,7 +2,10 @@
 //! a base with one cumulative delta.
 //!
 //! Offers what every reader needs without knowing about FUSE: resolve a path,
-//! list a directory range, stream all rows in key order. Segments are loaded
+//! list a directory range, stream all rows in key order. Every row has a
+//! [`RowPos`] (which representation, segment, row group and index), stable
+//! for as long as the view is open: the mount derives inode numbers and
+//! directory offsets from it, so it keeps no per-entry state. Segments are loaded
 //! and SHA-256-verified on first use and kept in a small LRU; decoded row
 //! groups likewise (invariant 6: bounded by counts, not by the tree).
 
@@ -185,27 +188,22 @@ impl Representation {
         i.checked_sub(1)
     }
 
-    pub fn lookup(&self, parent: &[u8], name: &[u8]) -> Result<Option<Row>> {
+    pub fn lookup(&self, parent: &[u8], name: &[u8]) -> Result<Option<(Row, RepPos)>> {
         let mut cursor = self.cursor_at(parent, name)?;
-        match cursor.next_row()? {
-            Some(r) if r.parent == parent && r.name == name => Ok(Some(r)),
+        match cursor.next_located()? {
+            Some((r, pos)) if r.parent == parent && r.name == name => Ok(Some((r, pos))),
             _ => Ok(None),
         }
     }
 
-    /// Rows whose parent is `dir`, in name order.
-    pub fn list_dir(&self, dir: &[u8]) -> Result<Vec<Row>> {
-        let mut cursor = self.cursor_at(dir, b"")?;
-        let mut out = Vec::new();
-        while let Some(r) = cursor.next_row()? {
-            if r.parent != dir {
-                break;
-            }
-            if !r.name.is_empty() {
-                out.push(r);
-            }
+    /// The row at `pos`, or `None` when no row is there.
+    pub fn row_at(&self, pos: RepPos) -> Result<Option<Row>> {
+        let seg = pos.seg as usize;
+        if seg >= self.bounds.len() || pos.group as usize >= self.segment(seg)?.group_count() {
+            return Ok(None);
         }
-        Ok(out)
+        let rows = self.group(seg, pos.group as usize)?;
+        Ok(rows.get(pos.idx as usize).cloned())
     }
 
     /// A cursor positioned at the first row with key >= `(parent, name)`.
@@ -297,13 +295,88 @@ impl Cursor<'_> {
     }
 
     pub fn next_row(&mut self) -> Result<Option<Row>> {
+        Ok(self.next_located()?.map(|(r, _)| r))
+    }
+
+    /// The next row with its position.
+    pub fn next_located(&mut self) -> Result<Option<(Row, RepPos)>> {
         while self.pos >= self.rows.len() {
             if self.seg >= self.rep.bounds.len() || !self.advance_group()? {
                 return Ok(None);
             }
         }
         self.pos += 1;
-        Ok(Some(self.rows[self.pos - 1].clone()))
+        let at = RepPos {
+            seg: self.seg as u32,
+            group: self.group as u32,
+            idx: (self.pos - 1) as u32,
+        };
+        Ok(Some((self.rows[self.pos - 1].clone(), at)))
+    }
+}
+
+/// Where a row lies in one representation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RepPos {
+    pub seg: u32,
+    pub group: u32,
+    pub idx: u32,
+}
+
+/// Where a row of a generation lies: in its base or its delta.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowPos {
+    pub delta: bool,
+    pub at: RepPos,
+}
+
+/// A row with its position.
+pub type Located = (Row, RowPos);
+
+/// A cursor's rows tagged with the representation they come from.
+struct Tagged<'a> {
+    cursor: Cursor<'a>,
+    delta: bool,
+}
+
+impl Iterator for Tagged<'_> {
+    type Item = Result<Located>;
+    fn next(&mut self) -> Option<Result<Located>> {
+        let delta = self.delta;
+        self.cursor
+            .next_located()
+            .map(|o| o.map(|(r, at)| (r, RowPos { delta, at })))
+            .transpose()
+    }
+}
+
+/// Children of one directory in name order, from a start name on, served
+/// straight from the row ranges of base and delta (no listing is built).
+pub struct DirEntries<'a> {
+    merge: Merge<Tagged<'a>, Tagged<'a>, Located>,
+    dir: Vec<u8>,
+    after: Option<Vec<u8>>,
+}
+
+impl DirEntries<'_> {
+    pub fn next_entry(&mut self) -> Result<Option<Located>> {
+        while let Some((row, pos)) = self.merge.next_row()? {
+            if row.parent != self.dir {
+                return Ok(None);
+            }
+            if row.name.is_empty() || self.after.as_deref() == Some(&row.name[..]) {
+                continue;
+            }
+            return Ok(Some((row, pos)));
+        }
+        Ok(None)
+    }
+}
+
+impl Iterator for DirEntries<'_> {
+    type Item = Result<Located>;
+    fn next(&mut self) -> Option<Result<Located>> {
+        self.next_entry().transpose()
     }
 }
 
@@ -363,34 +436,67 @@ impl GenView {
 
     /// Resolve a normalized path (`""` is the root).
     pub fn lookup(&self, path: &[u8]) -> Result<Option<Row>> {
+        Ok(self.locate(path)?.map(|(r, _)| r))
+    }
+
+    /// Resolve a normalized path to its row and position.
+    pub fn locate(&self, path: &[u8]) -> Result<Option<Located>> {
         let (parent, name) = split(path);
         if let Some(d) = &self.delta {
-            if let Some(r) = d.lookup(&parent, &name)? {
-                return Ok((r.kind != Kind::Tombstone).then_some(r));
+            if let Some((r, at)) = d.lookup(&parent, &name)? {
+                let pos = RowPos { delta: true, at };
+                return Ok((r.kind != Kind::Tombstone).then_some((r, pos)));
             }
         }
-        self.base.lookup(&parent, &name)
+        let found = self.base.lookup(&parent, &name)?;
+        Ok(found.map(|(r, at)| (r, RowPos { delta: false, at })))
+    }
+
+    /// The row at `pos` (a position this view handed out), if any.
+    pub fn row_at(&self, pos: RowPos) -> Result<Option<Row>> {
+        match (&self.delta, pos.delta) {
+            (Some(d), true) => d.row_at(pos.at),
+            (None, true) => Ok(None),
+            (_, false) => self.base.row_at(pos.at),
+        }
+    }
+
+    /// Children of directory `path` in name order, starting after the child
+    /// named `after` (from the first child when `None`).
+    pub fn dir_entries(&self, path: &[u8], after: Option<&[u8]>) -> Result<DirEntries<'_>> {
+        let start = after.unwrap_or(b"");
+        let delta = match &self.delta {
+            Some(d) => Tagged {
+                cursor: d.cursor_at(path, start)?,
+                delta: true,
+            },
+            None => Tagged {
+                cursor: self.base.rows_empty(),
+                delta: true,
+            },
+        };
+        Ok(DirEntries {
+            merge: Merge::new(
+                Tagged {
+                    cursor: self.base.cursor_at(path, start)?,
+                    delta: false,
+                },
+                delta,
+            ),
+            dir: path.to_vec(),
+            after: after.map(<[u8]>::to_vec),
+        })
     }
 
     /// Children of directory `path`, in name order.
     pub fn list_dir(&self, path: &[u8]) -> Result<Vec<Row>> {
-        let base = self.base.list_dir(path)?;
-        let Some(d) = &self.delta else {
-            return Ok(base);
-        };
-        let mut out = Vec::with_capacity(base.len());
-        let mut merged = Merge::new(
-            base.into_iter().map(Ok),
-            d.list_dir(path)?.into_iter().map(Ok),
-        );
-        while let Some(r) = merged.next_row()? {
-            out.push(r);
-        }
-        Ok(out)
+        self.dir_entries(path, None)?
+            .map(|r| r.map(|(row, _)| row))
+            .collect()
     }
 
     /// Every live row of the generation in key order.
-    pub fn rows(&self) -> Result<Merge<Cursor<'_>, Cursor<'_>>> {
+    pub fn rows(&self) -> Result<Merge<Cursor<'_>, Cursor<'_>, Row>> {
         let delta = match &self.delta {
             Some(d) => d.rows()?,
             None => self.base.rows_empty(),
@@ -427,14 +533,40 @@ fn check_binding(pin: &Pin, top: &Representation) -> Result<()> {
     Ok(())
 }
 
+/// What a merged stream carries: a row, possibly with more.
+pub trait HasRow {
+    fn row(&self) -> &Row;
+}
+
+impl HasRow for Row {
+    fn row(&self) -> &Row {
+        self
+    }
+}
+
+impl HasRow for Located {
+    fn row(&self) -> &Row {
+        &self.0
+    }
+}
+
 /// Key-order composition of a base stream with a delta stream: a delta row
 /// replaces the base row with the same key; a tombstone removes it.
-pub struct Merge<B: Iterator<Item = Result<Row>>, D: Iterator<Item = Result<Row>>> {
+pub struct Merge<B, D, T>
+where
+    B: Iterator<Item = Result<T>>,
+    D: Iterator<Item = Result<T>>,
+{
     base: std::iter::Peekable<B>,
     delta: std::iter::Peekable<D>,
 }
 
-impl<B: Iterator<Item = Result<Row>>, D: Iterator<Item = Result<Row>>> Merge<B, D> {
+impl<B, D, T> Merge<B, D, T>
+where
+    B: Iterator<Item = Result<T>>,
+    D: Iterator<Item = Result<T>>,
+    T: HasRow,
+{
     pub fn new(base: B, delta: D) -> Self {
         Merge {
             base: base.peekable(),
@@ -442,7 +574,7 @@ impl<B: Iterator<Item = Result<Row>>, D: Iterator<Item = Result<Row>>> Merge<B, 
         }
     }
 
-    pub fn next_row(&mut self) -> Result<Option<Row>> {
+    pub fn next_row(&mut self) -> Result<Option<T>> {
         loop {
             let order = match (self.base.peek(), self.delta.peek()) {
                 (None, None) => return Ok(None),
@@ -450,7 +582,7 @@ impl<B: Iterator<Item = Result<Row>>, D: Iterator<Item = Result<Row>>> Merge<B, 
                 (_, Some(Err(_))) => return self.delta.next().transpose(),
                 (Some(_), None) => Ordering::Less,
                 (None, Some(_)) => Ordering::Greater,
-                (Some(Ok(b)), Some(Ok(d))) => b.key_cmp(d),
+                (Some(Ok(b)), Some(Ok(d))) => b.row().key_cmp(d.row()),
             };
             if order == Ordering::Less {
                 return self.base.next().transpose();
@@ -458,17 +590,24 @@ impl<B: Iterator<Item = Result<Row>>, D: Iterator<Item = Result<Row>>> Merge<B, 
             if order == Ordering::Equal {
                 self.base.next();
             }
-            let d = self.delta.next().transpose()?.expect("peeked");
-            if d.kind != Kind::Tombstone {
+            let Some(d) = self.delta.next().transpose()? else {
+                return Ok(None);
+            };
+            if d.row().kind != Kind::Tombstone {
                 return Ok(Some(d));
             }
         }
     }
 }
 
-impl<B: Iterator<Item = Result<Row>>, D: Iterator<Item = Result<Row>>> Iterator for Merge<B, D> {
-    type Item = Result<Row>;
-    fn next(&mut self) -> Option<Result<Row>> {
+impl<B, D, T> Iterator for Merge<B, D, T>
+where
+    B: Iterator<Item = Result<T>>,
+    D: Iterator<Item = Result<T>>,
+    T: HasRow,
+{
+    type Item = Result<T>;
+    fn next(&mut self) -> Option<Result<T>> {
         self.next_row().transpose()
     }
 }

@@ -18,6 +18,7 @@ pub mod row;
 pub mod spill;
 pub mod storage;
 pub mod store;
+pub mod tag;
 pub mod token;
 pub mod verify;
 

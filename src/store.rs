@@ -149,6 +149,12 @@ pub mod keys {
     pub fn pin_dir(set: &str) -> String {
         format!("pins/{set}")
     }
+    pub fn tag_dir(set: &str) -> String {
+        format!("sets/{set}/tags")
+    }
+    pub fn tag(set: &str, name: &str) -> String {
+        format!("sets/{set}/tags/{name}.json")
+    }
     pub fn staging_owner(token: &str) -> String {
         format!("staging/{token}.owner")
     }

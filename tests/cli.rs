@@ -560,3 +560,44 @@ fn pins_lists_holders_and_tells_held_from_unheld() {
     }
     drop(src);
 }
+
+#[test]
+fn tags_name_committed_generations_and_refuse_to_move_silently() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = setup(t.path());
+    write(&src, "d0/f0", b"changed");
+    ok(&strata(
+        &st,
+        &["commit", "--set", "s", src.to_str().unwrap()],
+    ));
+    ok(&strata(&st, &["tag", "--set", "s", "--gen", "1", "v1.0"]));
+    ok(&strata(&st, &["tag", "--set", "s", "--gen", "1", "v1.0"]));
+    let moved = strata(&st, &["tag", "--set", "s", "--gen", "2", "v1.0"]);
+    assert_eq!(moved.status.code(), Some(4), "moving a tag is a conflict");
+    assert!(String::from_utf8_lossy(&moved.stderr).contains("untag it first"));
+    ok(&strata(&st, &["tag", "--set", "s", "newest"]));
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(&strata(&st, &["tags", "--set", "s", "--json"]))).unwrap();
+    let pairs: Vec<(String, u64)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let name = t["name"].as_str().unwrap().to_string();
+            (name, t["generation"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(pairs, [("newest".into(), 2), ("v1.0".into(), 1)]);
+    for bad in ["../x", ".hidden", "a/b", ""] {
+        let o = strata(&st, &["tag", "--set", "s", bad]);
+        assert_eq!(o.status.code(), Some(2), "tag name {bad:?}");
+    }
+    let missing = strata(&st, &["tag", "--set", "s", "--gen", "9", "nine"]);
+    assert_ne!(missing.status.code(), Some(0));
+    ok(&strata(&st, &["untag", "--set", "s", "v1.0"]));
+    assert_eq!(
+        strata(&st, &["untag", "--set", "s", "v1.0"]).status.code(),
+        Some(5)
+    );
+    ok(&strata(&st, &["tag", "--set", "s", "--gen", "2", "v1.0"]));
+}

@@ -121,7 +121,7 @@ fn accept_loop(listener: UnixListener, ctx: Arc<Context>) {
                 ctx.active.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
-            eprintln!("strata-mountd: error: control: cannot spawn a connection thread");
+            tracing::error!("control: cannot spawn a connection thread");
         }
     }
 }

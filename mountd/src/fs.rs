@@ -1,18 +1,25 @@
 //! The FUSE filesystem: translates kernel requests into reads of pinned
 //! generations. No strata logic lives here; every handler resolves a node,
-//! asks the core (`GenView::lookup`, `list_dir`, `blob::read`), and maps
+//! asks the core (`GenView::locate`, `dir_entries`, `blob::read`), and maps
 //! errors to a deliberate errno, logging the cause. Handler bodies run under
 //! `catch_unwind`: a panic becomes EIO and a log line, never a dead mount;
 //! locks tolerate poisoning so one caught panic cannot disable the others.
 //!
-//! Layout: `/<set>/latest -> gens/<N>`, `/<set>/gens/<N>/...`.
+//! Layout: `/<set>/latest -> gens/<N>`, `/<set>/gens/<N>/...`,
+//! `/<set>/tags/<name> -> ../gens/<N>`.
+//!
+//! Generation directories are listed straight from row ranges: a directory
+//! offset is the position of the last entry served, so `readdir` resumes
+//! (and `seekdir` seeks) without any listing kept per open directory.
+//! `readdirplus` answers attributes with the names, counting each entry as a
+//! kernel lookup in its generation's slot (node.rs).
 
 use crate::gen::{Gen, Gens};
-use crate::node::{ino_of, Inodes, Node};
+use crate::node::{dir_offset, ino_of, offset_pos, Inodes, Node, Resolved};
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
@@ -23,16 +30,29 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use strata::compose::RowPos;
 use strata::error::Error;
 use strata::format::record::State;
 use strata::index::GenIndex;
 use strata::row::{join, BlobLoc, Kind, Row};
 use strata::store::keys;
+use tracing::{error, info, warn};
 
 /// Generations never change: their entries and attributes live long.
 const IMMUTABLE_TTL: Duration = Duration::from_secs(86_400);
-/// Synthetic nodes (set list, generation list, `latest`) follow commits.
+/// Synthetic nodes (set list, generation list, `latest`, tags) follow commits.
 const LIVE_TTL: Duration = Duration::from_millis(500);
+
+/// When standalone blobs are hashed in full before they are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum VerifyMode {
+    /// At the first open of each blob in this daemon run.
+    FirstOpen,
+    /// At every open.
+    Always,
+    /// Never (packed blobs are still checked: decoding includes the check).
+    Off,
+}
 
 enum Handle {
     /// Kernel passthrough to a standalone blob: the backing id keeps the
@@ -43,28 +63,37 @@ enum Handle {
     /// A packed (small) blob, read and verified at the first `read`: with
     /// FOPEN_KEEP_CACHE a warm open whose pages the kernel holds costs nothing.
     Packed(Arc<LazyBlob>),
-    /// A directory listing, built at the first `readdir` and then kept so
-    /// offsets stay valid; generation directories are cached by the kernel.
-    Dir(Arc<LazyListing>),
+    /// A synthetic directory (sets, a set, its generations or tags), listed
+    /// at the first `readdir` and kept so offsets stay valid.
+    Listing(Arc<LazyListing>),
+    /// A directory of a generation: listed from row ranges, nothing kept.
+    GenDir { gen: Arc<Gen>, path: Vec<u8> },
 }
 
 /// Content of one packed blob, loaded once per open handle.
 struct LazyBlob {
-    row: Arc<Row>,
+    row: Box<Row>,
     what: String,
     data: OnceLock<Reply<Vec<u8>>>,
 }
 
-/// Listing of one directory, built once per open handle.
+/// Listing of one synthetic directory, built once per open handle.
 struct LazyListing {
     node: Node,
     items: OnceLock<Reply<Vec<DirItem>>>,
 }
 
 struct DirItem {
-    ino: u64,
+    node: Node,
     kind: FileType,
     name: OsString,
+}
+
+/// One entry on its way into a readdir reply.
+enum Listed<'a> {
+    Dot(&'static str),
+    Synthetic(&'a DirItem),
+    Entry(&'a Arc<Gen>, Box<Row>, RowPos),
 }
 
 /// Live counters the control socket reports.
@@ -73,6 +102,7 @@ pub(crate) struct Stats {
     pub(crate) inodes: AtomicU64,
     pub(crate) handles: AtomicU64,
     pub(crate) verified: AtomicU64,
+    pub(crate) verify_failures: AtomicU64,
 }
 
 pub(crate) struct StrataFs {
@@ -84,6 +114,7 @@ pub(crate) struct StrataFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     passthrough: bool,
+    verify: VerifyMode,
     /// Standalone blobs verified in full during this daemon run.
     verified: Mutex<HashSet<[u8; 32]>>,
     uid: u32,
@@ -99,7 +130,7 @@ fn errno(e: &Error, what: &str) -> Errno {
         Error::NotFound { .. } => Errno::ENOENT,
         Error::Invalid(_) | Error::TooLarge { .. } => Errno::EINVAL,
         _ => {
-            eprintln!("strata-mountd: error: {what}: {}", strata::cli_chain(e));
+            error!("{what}: {}", strata::cli_chain(e));
             Errno::EIO
         }
     }
@@ -109,7 +140,7 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Reply<T>) -> Reply<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(_) => {
-            eprintln!("strata-mountd: error: {what}: handler panicked; answered EIO");
+            error!("{what}: handler panicked; answered EIO");
             Err(Errno::EIO)
         }
     }
@@ -131,8 +162,26 @@ fn file_type(kind: Kind) -> FileType {
     }
 }
 
+fn describe(gen: &Gen, path: &[u8]) -> String {
+    format!(
+        "set={} gen={} path={}",
+        gen.set,
+        gen.generation,
+        strata::row::show(path)
+    )
+}
+
+fn tag_target(generation: u64) -> Vec<u8> {
+    format!("../gens/{generation}").into_bytes()
+}
+
 impl StrataFs {
-    pub(crate) fn new(gens: Arc<Gens>, only: Vec<String>, stats: Arc<Stats>) -> StrataFs {
+    pub(crate) fn new(
+        gens: Arc<Gens>,
+        only: Vec<String>,
+        stats: Arc<Stats>,
+        verify: VerifyMode,
+    ) -> StrataFs {
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         StrataFs {
@@ -143,11 +192,16 @@ impl StrataFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             passthrough: false,
+            verify,
             verified: Mutex::new(HashSet::new()),
             uid,
             gid,
             started: SystemTime::now(),
         }
+    }
+
+    fn inodes(&self) -> std::sync::MutexGuard<'_, Inodes> {
+        self.inodes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn sets(&self) -> Reply<Vec<String>> {
@@ -162,12 +216,38 @@ impl StrataFs {
             .collect())
     }
 
+    /// What inode `ino` stands for, with an entry's row read from its view.
     fn node(&self, ino: INodeNo) -> Reply<Node> {
-        self.inodes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(ino.0)
-            .ok_or(Errno::ENOENT)
+        let resolved = self.inodes().get(ino.0).ok_or(Errno::ENOENT)?;
+        match resolved {
+            Resolved::Synthetic(n) => Ok(n),
+            Resolved::Entry(gen, pos) => {
+                let row = gen
+                    .view
+                    .row_at(pos)
+                    .map_err(|e| errno(&e, &describe(&gen, b"?")))?
+                    .ok_or(Errno::ENOENT)?;
+                let row = Box::new(row);
+                Ok(Node::Entry { gen, pos, row })
+            }
+        }
+    }
+
+    /// Count one kernel lookup of `node`; returns its inode number.
+    fn register(&self, node: Node) -> Reply<u64> {
+        let mut inodes = self.inodes();
+        let ino = match node {
+            Node::Entry { gen, pos, .. } => inodes.remember_entry(&gen, pos).ok_or_else(|| {
+                error!(
+                    "inode space exhausted: set={} gen={}",
+                    gen.set, gen.generation
+                );
+                Errno::EOVERFLOW
+            })?,
+            other => inodes.remember(other),
+        };
+        self.stats.inodes.store(inodes.len(), Ordering::Relaxed);
+        Ok(ino)
     }
 
     fn synthetic_attr(&self, ino: u64, kind: FileType, size: u64) -> FileAttr {
@@ -227,18 +307,33 @@ impl StrataFs {
     }
 
     fn attr(&self, ino: u64, node: &Node) -> Reply<(FileAttr, Duration)> {
+        let dir = |ttl| (self.synthetic_attr(ino, FileType::Directory, 0), ttl);
+        let link = |target: Vec<u8>| {
+            let len = target.len() as u64;
+            (self.synthetic_attr(ino, FileType::Symlink, len), LIVE_TTL)
+        };
         Ok(match node {
-            Node::Root | Node::Set(_) | Node::Gens(_) => {
-                (self.synthetic_attr(ino, FileType::Directory, 0), LIVE_TTL)
+            Node::Root | Node::Set(_) | Node::Gens(_) | Node::Tags(_) => dir(LIVE_TTL),
+            Node::GenRoot {
+                set,
+                generation,
+                gen,
+            } => {
+                let gen = self.root_gen(set, *generation, gen)?;
+                let root = gen
+                    .view
+                    .lookup(b"")
+                    .map_err(|e| errno(&e, &describe(&gen, b"")))?
+                    .ok_or(Errno::EIO)?;
+                (self.entry_attr(ino, &root), IMMUTABLE_TTL)
             }
-            Node::Latest(s) => {
-                let len = self.latest_target(s)?.len() as u64;
-                (self.synthetic_attr(ino, FileType::Symlink, len), LIVE_TTL)
-            }
+            Node::Latest(s) => link(self.latest_target(s)?),
+            Node::Tag(_, _, g) => link(tag_target(*g)),
             Node::Entry { row, .. } => (self.entry_attr(ino, row), IMMUTABLE_TTL),
         })
     }
 
+    /// `gens/<name>`: the generation, opened (pinned) now.
     fn generation_root(&self, set: &str, name: &OsStr) -> Reply<Node> {
         let text = name.to_str().ok_or(Errno::ENOENT)?;
         let n: u64 = text.parse().map_err(|_| Errno::ENOENT)?;
@@ -248,17 +343,33 @@ impl StrataFs {
         let gen = self
             .gens
             .get(set, n)
-            .map_err(|e| errno(&e, &format!("open {set}@{n}")))?;
-        let row = gen
-            .view
-            .lookup(b"")
-            .map_err(|e| errno(&e, &format!("{set}@{n} root")))?
-            .ok_or(Errno::ENOENT)?;
-        Ok(Node::Entry {
-            gen,
-            path: Vec::new(),
-            row: Arc::new(row),
+            .map_err(|e| errno(&e, &format!("open set={set} gen={n}")))?;
+        Ok(Node::GenRoot {
+            set: set.to_string(),
+            generation: n,
+            gen: Some(gen),
         })
+    }
+
+    /// The open generation of a generation root, opening it if needed.
+    fn root_gen(&self, set: &str, generation: u64, gen: &Option<Arc<Gen>>) -> Reply<Arc<Gen>> {
+        match gen {
+            Some(g) => Ok(g.clone()),
+            None => self
+                .gens
+                .get(set, generation)
+                .map_err(|e| errno(&e, &format!("open set={set} gen={generation}"))),
+        }
+    }
+
+    fn entry(&self, gen: Arc<Gen>, path: &[u8]) -> Reply<Node> {
+        let (row, pos) = gen
+            .view
+            .locate(path)
+            .map_err(|e| errno(&e, &describe(&gen, path)))?
+            .ok_or(Errno::ENOENT)?;
+        let row = Box::new(row);
+        Ok(Node::Entry { gen, pos, row })
     }
 
     fn child(&self, parent: &Node, name: &OsStr) -> Reply<Node> {
@@ -274,29 +385,26 @@ impl StrataFs {
             Node::Set(s) => match name.as_bytes() {
                 b"latest" => Ok(Node::Latest(s.clone())),
                 b"gens" => Ok(Node::Gens(s.clone())),
+                b"tags" => Ok(Node::Tags(s.clone())),
                 _ => Err(Errno::ENOENT),
             },
             Node::Gens(s) => self.generation_root(s, name),
-            Node::Entry { gen, path, row } if row.kind == Kind::Dir => {
-                let child_path = join(path, name.as_bytes());
-                let what = || {
-                    format!(
-                        "{}@{} {}",
-                        gen.set,
-                        gen.generation,
-                        strata::row::show(&child_path)
-                    )
-                };
-                let row = gen
-                    .view
-                    .lookup(&child_path)
-                    .map_err(|e| errno(&e, &what()))?
-                    .ok_or(Errno::ENOENT)?;
-                Ok(Node::Entry {
-                    gen: gen.clone(),
-                    path: child_path,
-                    row: Arc::new(row),
-                })
+            Node::Tags(s) => {
+                let t = name.to_str().ok_or(Errno::ENOENT)?;
+                let tag = strata::tag::load(self.gens.store(), s, t)
+                    .map_err(|e| errno(&e, &format!("tag set={s} name={t}")))?;
+                Ok(Node::Tag(s.clone(), tag.name, tag.generation))
+            }
+            Node::GenRoot {
+                set,
+                generation,
+                gen,
+            } => {
+                let gen = self.root_gen(set, *generation, gen)?;
+                self.entry(gen, name.as_bytes())
+            }
+            Node::Entry { gen, row, .. } if row.kind == Kind::Dir => {
+                self.entry(gen.clone(), &join(&row.path(), name.as_bytes()))
             }
             _ => Err(Errno::ENOTDIR),
         }
@@ -306,17 +414,13 @@ impl StrataFs {
         let parent = self.node(parent)?;
         let child = self.child(&parent, name)?;
         let (mut attr, ttl) = self.attr(0, &child)?;
-        let mut inodes = self.inodes.lock().unwrap_or_else(PoisonError::into_inner);
-        attr.ino = INodeNo(inodes.remember(child));
-        self.stats
-            .inodes
-            .store(inodes.len() as u64, Ordering::Relaxed);
+        attr.ino = INodeNo(self.register(child)?);
         Ok((attr, ttl))
     }
 
     fn listing(&self, node: &Node) -> Reply<Vec<DirItem>> {
-        let item = |n: Node, kind: FileType, name: &[u8]| DirItem {
-            ino: ino_of(&n),
+        let item = |node: Node, kind: FileType, name: &[u8]| DirItem {
+            node,
             kind,
             name: OsString::from_vec(name.to_vec()),
         };
@@ -329,15 +433,22 @@ impl StrataFs {
             Node::Set(s) => vec![
                 item(Node::Latest(s.clone()), FileType::Symlink, b"latest"),
                 item(Node::Gens(s.clone()), FileType::Directory, b"gens"),
+                item(Node::Tags(s.clone()), FileType::Directory, b"tags"),
             ],
             Node::Gens(s) => self.generation_items(s)?,
-            Node::Entry { gen, path, row } if row.kind == Kind::Dir => {
-                self.entry_items(gen, path)?
-            }
+            Node::Tags(s) => strata::tag::list(self.gens.store(), s)
+                .map_err(|e| errno(&e, &format!("list tags of {s}")))?
+                .into_iter()
+                .map(|t| {
+                    let n = Node::Tag(s.clone(), t.name.clone(), t.generation);
+                    item(n, FileType::Symlink, t.name.as_bytes())
+                })
+                .collect(),
             _ => return Err(Errno::ENOTDIR),
         })
     }
 
+    /// Committed generations of `set`, as unopened generation roots.
     fn generation_items(&self, set: &str) -> Reply<Vec<DirItem>> {
         let all = GenIndex::new(self.gens.store(), set)
             .all()
@@ -346,22 +457,13 @@ impl StrataFs {
             .into_iter()
             .filter(|(_, r)| r.state == State::Committed)
             .map(|(g, _)| DirItem {
-                ino: crate::node::entry_ino(set, g, b""),
+                node: Node::GenRoot {
+                    set: set.to_string(),
+                    generation: g,
+                    gen: None,
+                },
                 kind: FileType::Directory,
                 name: OsString::from(g.to_string()),
-            })
-            .collect())
-    }
-
-    fn entry_items(&self, gen: &Arc<Gen>, path: &[u8]) -> Reply<Vec<DirItem>> {
-        let what = || format!("{}@{} {}", gen.set, gen.generation, strata::row::show(path));
-        let rows = gen.view.list_dir(path).map_err(|e| errno(&e, &what()))?;
-        Ok(rows
-            .into_iter()
-            .map(|r| DirItem {
-                ino: crate::node::entry_ino(&gen.set, gen.generation, &r.path()),
-                kind: file_type(r.kind),
-                name: OsString::from_vec(r.name),
             })
             .collect())
     }
@@ -388,25 +490,29 @@ impl StrataFs {
         }
     }
 
-    /// Verify a whole standalone blob once per daemon run.
+    /// Verify a whole standalone blob as the verify mode asks.
     fn verify_standalone(&self, file: &File, digest: [u8; 32], what: &str) -> Reply<()> {
-        if self
-            .verified
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(&digest)
-        {
-            return Ok(());
+        let seen = || {
+            self.verified
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(&digest)
+        };
+        match self.verify {
+            VerifyMode::Off => return Ok(()),
+            VerifyMode::FirstOpen if seen() => return Ok(()),
+            _ => {}
         }
         let mut hasher = blake3::Hasher::new();
         let mut reader = file;
         std::io::copy(&mut reader, &mut hasher).map_err(|e| {
-            eprintln!("strata-mountd: error: {what}: read blob: {e}");
+            error!("{what}: read blob: {e}");
             Errno::EIO
         })?;
         if hasher.finalize().as_bytes() != &digest {
-            eprintln!(
-                "strata-mountd: error: {what}: blob {} fails its BLAKE3 check; answered EIO",
+            self.stats.verify_failures.fetch_add(1, Ordering::Relaxed);
+            error!(
+                "{what} blob={}: content fails its BLAKE3 check; answered EIO",
                 hex::encode(digest)
             );
             return Err(Errno::EIO);
@@ -431,18 +537,13 @@ impl StrataFs {
         if flags.acc_mode() != OpenAccMode::O_RDONLY {
             return Err(Errno::EROFS);
         }
-        let Node::Entry { gen, path, row } = self.node(ino)? else {
+        let Node::Entry { gen, row, .. } = self.node(ino)? else {
             return Err(Errno::EISDIR);
         };
         if row.kind != Kind::File {
             return Err(Errno::EISDIR);
         }
-        let what = format!(
-            "{}@{} {}",
-            gen.set,
-            gen.generation,
-            strata::row::show(&path)
-        );
+        let what = describe(&gen, &row.path());
         match (row.blob, row.digest) {
             (BlobLoc::Standalone, Some(digest)) => self.open_standalone(digest, &what),
             _ => {
@@ -468,10 +569,7 @@ impl StrataFs {
             .local_path(&key)
             .ok_or(Errno::EIO)?;
         let file = File::open(&path).map_err(|e| {
-            eprintln!(
-                "strata-mountd: error: {what}: open blob {}: {e}",
-                path.display()
-            );
+            error!("{what}: open blob {}: {e}", path.display());
             Errno::EIO
         })?;
         self.verify_standalone(&file, digest, what)?;
@@ -506,6 +604,158 @@ impl StrataFs {
         let end = start.saturating_add(size as usize).min(b.len());
         Ok(b[start..end].to_vec())
     }
+
+    fn do_opendir(&self, ino: INodeNo) -> Reply<(Handle, FopenFlags)> {
+        // Generation directories never change: let the kernel keep their listings.
+        let cached = FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR;
+        Ok(match self.node(ino)? {
+            Node::GenRoot {
+                set,
+                generation,
+                gen,
+            } => {
+                let gen = self.root_gen(&set, generation, &gen)?;
+                let path = Vec::new();
+                (Handle::GenDir { gen, path }, cached)
+            }
+            Node::Entry { gen, row, .. } if row.kind == Kind::Dir => {
+                let path = row.path();
+                (Handle::GenDir { gen, path }, cached)
+            }
+            Node::Entry { .. } | Node::Latest(_) | Node::Tag(..) => return Err(Errno::ENOTDIR),
+            node => {
+                let listing = LazyListing {
+                    node,
+                    items: OnceLock::new(),
+                };
+                (Handle::Listing(Arc::new(listing)), FopenFlags::empty())
+            }
+        })
+    }
+
+    /// Feed the entries of an open directory from `offset` on to `emit`
+    /// (given each entry's own offset) until it reports a full reply.
+    fn walk_dir(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        mut emit: impl FnMut(u64, Listed<'_>) -> Reply<bool>,
+    ) -> Reply<()> {
+        enum Dir {
+            Listing(Arc<LazyListing>),
+            Gen(Arc<Gen>, Vec<u8>),
+        }
+        let dir = match self
+            .handles
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&fh.0)
+        {
+            Some(Handle::Listing(l)) => Dir::Listing(l.clone()),
+            Some(Handle::GenDir { gen, path }) => Dir::Gen(gen.clone(), path.clone()),
+            _ => return Err(Errno::EBADF),
+        };
+        for (i, dot) in [".", ".."].into_iter().enumerate() {
+            if offset <= i as u64 && emit(i as u64 + 1, Listed::Dot(dot))? {
+                return Ok(());
+            }
+        }
+        match dir {
+            Dir::Listing(l) => {
+                let items = l
+                    .items
+                    .get_or_init(|| self.listing(&l.node))
+                    .as_ref()
+                    .map_err(|e| *e)?;
+                let from = offset.saturating_sub(2) as usize;
+                for (i, item) in items.iter().enumerate().skip(from) {
+                    if emit(i as u64 + 3, Listed::Synthetic(item))? {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Dir::Gen(gen, path) => self.walk_gen_dir(&gen, &path, offset, emit),
+        }
+    }
+
+    fn walk_gen_dir(
+        &self,
+        gen: &Arc<Gen>,
+        path: &[u8],
+        offset: u64,
+        mut emit: impl FnMut(u64, Listed<'_>) -> Reply<bool>,
+    ) -> Reply<()> {
+        let what = || describe(gen, path);
+        let after = match offset_pos(offset) {
+            None if offset <= 2 => None,
+            // Not an offset this daemon handed out: nothing lies there.
+            None => return Ok(()),
+            Some(pos) => match gen.view.row_at(pos).map_err(|e| errno(&e, &what()))? {
+                Some(r) if r.parent == path => Some(r.name),
+                _ => return Err(Errno::EINVAL),
+            },
+        };
+        let entries = gen
+            .view
+            .dir_entries(path, after.as_deref())
+            .map_err(|e| errno(&e, &what()))?;
+        for entry in entries {
+            let (row, pos) = entry.map_err(|e| errno(&e, &what()))?;
+            let off = dir_offset(pos).ok_or(Errno::EOVERFLOW)?;
+            if emit(off, Listed::Entry(gen, Box::new(row), pos))? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Attributes and TTLs of one readdirplus entry, counted as a lookup
+    /// unless it is a dot entry (the kernel does not link those).
+    fn plus_entry(
+        &self,
+        dir: INodeNo,
+        item: Listed<'_>,
+    ) -> Reply<(FileAttr, Duration, Duration, bool)> {
+        match item {
+            Listed::Dot(_) => {
+                let (attr, _) = self.attr(dir.0, &self.node(dir)?)?;
+                Ok((attr, Duration::ZERO, Duration::ZERO, false))
+            }
+            Listed::Synthetic(item) => {
+                let ino = self.register(item.node.clone())?;
+                // An unopened generation root is not opened for a listing:
+                // it gets placeholder attributes and zero TTLs, so the kernel
+                // looks it up (and so pins it) before anything uses it.
+                if let Node::GenRoot { gen: None, .. } = item.node {
+                    let attr = self.synthetic_attr(ino, FileType::Directory, 0);
+                    return Ok((attr, Duration::ZERO, Duration::ZERO, true));
+                }
+                let fallback = || (self.synthetic_attr(ino, item.kind, 0), LIVE_TTL);
+                let (mut attr, ttl) = self.attr(ino, &item.node).unwrap_or_else(|_| fallback());
+                attr.ino = INodeNo(ino);
+                Ok((attr, ttl, ttl, true))
+            }
+            Listed::Entry(gen, row, pos) => {
+                let node = Node::Entry {
+                    gen: gen.clone(),
+                    pos,
+                    row,
+                };
+                let (mut attr, ttl) = self.attr(0, &node)?;
+                attr.ino = INodeNo(self.register(node)?);
+                Ok((attr, ttl, ttl, true))
+            }
+        }
+    }
+}
+
+fn listed_name<'a>(item: &'a Listed<'_>) -> &'a OsStr {
+    match item {
+        Listed::Dot(d) => OsStr::new(d),
+        Listed::Synthetic(i) => &i.name,
+        Listed::Entry(_, row, _) => OsStr::from_bytes(&row.name),
+    }
 }
 
 impl Filesystem for StrataFs {
@@ -518,13 +768,17 @@ impl Filesystem for StrataFs {
         let _ = config.set_max_readahead(1 << 20);
         // Cache symlink targets: `latest` is invalidated by the refresher when it moves.
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
-        eprintln!(
-            "strata-mountd: kernel passthrough {}",
+        let plus = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS)
+            .is_ok();
+        info!(
+            "kernel passthrough {}; readdirplus {}",
             if self.passthrough {
                 "on"
             } else {
                 "unavailable; serving reads"
-            }
+            },
+            if plus { "on" } else { "unavailable" }
         );
         Ok(())
     }
@@ -537,11 +791,9 @@ impl Filesystem for StrataFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let mut inodes = self.inodes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut inodes = self.inodes();
         inodes.forget(ino.0, nlookup);
-        self.stats
-            .inodes
-            .store(inodes.len() as u64, Ordering::Relaxed);
+        self.stats.inodes.store(inodes.len(), Ordering::Relaxed);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -556,6 +808,7 @@ impl Filesystem for StrataFs {
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let r = guarded("readlink", || match self.node(ino)? {
             Node::Latest(s) => self.latest_target(&s),
+            Node::Tag(_, _, g) => Ok(tag_target(g)),
             Node::Entry { row, .. } if row.kind == Kind::Symlink => {
                 row.target.clone().ok_or(Errno::EIO)
             }
@@ -583,7 +836,7 @@ impl Filesystem for StrataFs {
                     reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id);
                 }
                 Err(e) => {
-                    eprintln!("strata-mountd: warning: passthrough refused ({e}); serving reads for this file");
+                    warn!("passthrough refused ({e}); serving reads for this file");
                     let fh = self.new_handle(Handle::File(file));
                     reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
                 }
@@ -625,24 +878,8 @@ impl Filesystem for StrataFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match guarded("opendir", || self.node(ino)) {
-            Ok(node) => {
-                // Generation directories never change: let the kernel keep their listings.
-                let immutable = matches!(node, Node::Entry { .. });
-                let flags = if immutable {
-                    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
-                } else {
-                    FopenFlags::empty()
-                };
-                let listing = LazyListing {
-                    node,
-                    items: OnceLock::new(),
-                };
-                reply.opened(
-                    FileHandle(self.new_handle(Handle::Dir(Arc::new(listing)))),
-                    flags,
-                );
-            }
+        match guarded("opendir", || self.do_opendir(ino)) {
+            Ok((h, flags)) => reply.opened(FileHandle(self.new_handle(h)), flags),
             Err(e) => reply.error(e),
         }
     }
@@ -655,44 +892,53 @@ impl Filesystem for StrataFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let listing = match self
-            .handles
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&fh.0)
-        {
-            Some(Handle::Dir(l)) => l.clone(),
-            _ => return reply.error(Errno::EBADF),
-        };
-        let items = listing
-            .items
-            .get_or_init(|| guarded("readdir", || self.listing(&listing.node)));
-        let items = match items {
-            Ok(items) => items,
-            Err(e) => return reply.error(*e),
-        };
-        // The kernel resolves `..` itself; the parent is not tracked, so both
-        // dot entries carry this directory's number (informational only).
-        let dots = [(ino.0, "."), (ino.0, "..")];
-        let total = items.len() as u64 + 2;
-        for i in offset..total {
-            let full = match i {
-                0 | 1 => reply.add(
-                    INodeNo(dots[i as usize].0),
-                    i + 1,
-                    FileType::Directory,
-                    dots[i as usize].1,
-                ),
-                _ => {
-                    let it = &items[(i - 2) as usize];
-                    reply.add(INodeNo(it.ino), i + 1, it.kind, &it.name)
-                }
-            };
-            if full {
-                break;
-            }
+        let r = guarded("readdir", || {
+            self.walk_dir(fh, offset, |off, item| {
+                let (child, kind) = match &item {
+                    // The kernel resolves `..` itself; both dots carry this
+                    // directory's number (informational only).
+                    Listed::Dot(_) => (ino.0, FileType::Directory),
+                    Listed::Synthetic(i) => (ino_of(&i.node), i.kind),
+                    Listed::Entry(gen, row, pos) => {
+                        let n = self.inodes().entry_ino(gen, *pos);
+                        (n.ok_or(Errno::EOVERFLOW)?, file_type(row.kind))
+                    }
+                };
+                Ok(reply.add(INodeNo(child), off, kind, listed_name(&item)))
+            })
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
-        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let r = guarded("readdirplus", || {
+            self.walk_dir(fh, offset, |off, item| {
+                let name = listed_name(&item).to_os_string();
+                let (attr, entry_ttl, attr_ttl, counted) = self.plus_entry(ino, item)?;
+                // fuser sends one TTL for both entry and attributes.
+                let ttl = entry_ttl.min(attr_ttl);
+                let full = reply.add(attr.ino, off, &name, &ttl, &attr, Generation(0));
+                if full && counted {
+                    // Not sent: the kernel will not count this lookup.
+                    self.forget(req, attr.ino, 1);
+                }
+                Ok(full)
+            })
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn releasedir(
@@ -708,18 +954,6 @@ impl Filesystem for StrataFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        reply.statfs(
-            0,
-            0,
-            0,
-            self.inodes
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .len() as u64,
-            0,
-            4096,
-            255,
-            4096,
-        );
+        reply.statfs(0, 0, 0, self.inodes().len(), 0, 4096, 255, 4096);
     }
 }

@@ -22,6 +22,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use strata::storage::LocalStorage;
 use strata::store::{default_location, Store};
+use tracing::{error, info};
 
 #[derive(Parser)]
 #[command(
@@ -39,6 +40,9 @@ struct Args {
     /// FUSE worker threads
     #[arg(long, default_value_t = 4)]
     threads: usize,
+    /// When standalone blobs are hashed in full before being served
+    #[arg(long, value_enum, default_value = "first-open")]
+    verify: fs::VerifyMode,
     mountpoint: PathBuf,
 }
 
@@ -47,13 +51,27 @@ const REFRESH_EVERY: Duration = Duration::from_millis(500);
 
 fn main() {
     let args = Args::parse();
+    init_logging();
     match run(args) {
         Ok(()) => {}
         Err(e) => {
-            eprintln!("strata-mountd: error: {e}");
+            error!("{e}");
             std::process::exit(1);
         }
     }
+}
+
+/// Log to stderr (the log file when daemonized) at `RUST_LOG`'s levels,
+/// `info` by default.
+fn init_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
 }
 
 fn run(args: Args) -> Result<(), String> {
@@ -69,7 +87,7 @@ fn run(args: Args) -> Result<(), String> {
     }
     let gens = Arc::new(gen::Gens::new(store));
     let stats = Arc::new(fs::Stats::default());
-    let fs = fs::StrataFs::new(gens.clone(), args.set.clone(), stats.clone());
+    let fs = fs::StrataFs::new(gens.clone(), args.set.clone(), stats.clone(), args.verify);
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::RO,
@@ -89,10 +107,10 @@ fn run(args: Args) -> Result<(), String> {
         args.mountpoint.clone(),
     );
     let socket = control::start(&root, ctx).map_err(|e| format!("control socket: {e}"))?;
-    eprintln!("strata-mountd: control socket {}", socket.display());
+    info!("control socket {}", socket.display());
     let (stop, refresher) = spawn_refresher(gens.clone(), args.set, session.notifier());
-    eprintln!(
-        "strata-mountd: serving {} at {}",
+    info!(
+        "serving {} at {}",
         root.display(),
         args.mountpoint.display()
     );
@@ -102,7 +120,7 @@ fn run(args: Args) -> Result<(), String> {
     let _ = refresher.join();
     gens.release();
     served?;
-    eprintln!("strata-mountd: unmounted; pins released");
+    info!("unmounted; pins released");
     Ok(())
 }
 
@@ -130,7 +148,7 @@ fn spawn_signal_waiter(mountpoint: PathBuf) {
         let mut sig = 0;
         // SAFETY: waiting on an initialised set of signals blocked in this thread.
         unsafe { libc::sigwait(&set, &mut sig) };
-        eprintln!("strata-mountd: signal {sig}: detaching; open files are served until closed");
+        info!("signal {sig}: detaching; open files are served until closed");
         detach(&mountpoint);
     });
 }
@@ -143,7 +161,7 @@ fn session_ended(result: std::io::Result<()>) -> Result<(), String> {
     match result {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
-            eprintln!("strata-mountd: the kernel closed the FUSE connection");
+            info!("the kernel closed the FUSE connection");
             Ok(())
         }
         Err(e) => Err(format!("session: {e}")),
@@ -153,7 +171,7 @@ fn session_ended(result: std::io::Result<()>) -> Result<(), String> {
 /// Lazily detach the mount: new lookups fail, open files keep working.
 fn detach(mountpoint: &Path) {
     if let Err(e) = umount(mountpoint, libc::MNT_DETACH) {
-        eprintln!("strata-mountd: error: detach {}: {e}", mountpoint.display());
+        error!("detach {}: {e}", mountpoint.display());
     }
 }
 
@@ -198,10 +216,7 @@ fn spawn_refresher(
                         }
                     }
                     Ok(None) => {}
-                    Err(e) => eprintln!(
-                        "strata-mountd: error: refresh latest of {s}: {}",
-                        strata::cli_chain(&e)
-                    ),
+                    Err(e) => error!("refresh latest of {s}: {}", strata::cli_chain(&e)),
                 }
             }
             if stopped.recv_timeout(REFRESH_EVERY) != Err(mpsc::RecvTimeoutError::Timeout) {

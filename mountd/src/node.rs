@@ -1,20 +1,37 @@
 //! The inode table: what each inode number the kernel holds stands for.
 //!
-//! Inode numbers are derived from what a node is (set, generation, path), so
-//! the same entry has the same number in `readdir`, `lookup` and across
-//! forgets; a hash collision falls back to a counter in a reserved range.
-//! Entries exist only while the kernel holds a lookup count on them (FUSE
-//! forget), so memory follows what is in use, not what was ever walked.
-//! A node of a generation holds that generation (and so its pin) alive.
+//! Entries of a generation carry their meaning in the number itself: an
+//! entry inode packs a generation slot and the row's position in the pinned
+//! view ([`RowPos`]), so the daemon keeps no per-entry state and memory
+//! follows the number of generations in use, not the entries walked. Each
+//! generation slot counts the kernel's lookups of all its entries (FUSE
+//! lookup, readdirplus, forget) and holds the generation (and so its pin)
+//! while that count is above zero.
+//!
+//! Synthetic nodes (sets, `latest`, `gens`, `tags`, the generation roots)
+//! are few; their numbers are hashed from what they are and they live in a
+//! small table, also counted by lookups. A generation root looked up by name
+//! holds its generation; one only listed by readdirplus does not (it is
+//! handed out with a zero entry TTL, so the kernel looks it up, and so pins
+//! it, before anything resolves through it).
 
 use crate::gen::Gen;
 use std::collections::HashMap;
 use std::sync::Arc;
+use strata::compose::{RepPos, RowPos};
 use strata::row::Row;
 
 pub(crate) const ROOT: u64 = 1;
-/// Inode numbers at or above this come from the collision counter.
-const FALLBACK_BASE: u64 = 1 << 63;
+/// Entry inode numbers have this bit set; synthetic ones never do.
+const ENTRY_BIT: u64 = 1 << 63;
+const SLOT_BITS: u32 = 20;
+const SEG_BITS: u32 = 18;
+const GROUP_BITS: u32 = 12;
+const IDX_BITS: u32 = 12;
+/// Bits of a packed position (delta flag, segment, group, index).
+const POS_BITS: u32 = 1 + SEG_BITS + GROUP_BITS + IDX_BITS;
+/// Synthetic numbers at or above this come from the collision counter.
+const FALLBACK_BASE: u64 = 1 << 62;
 
 /// What an inode stands for.
 #[derive(Clone)]
@@ -23,23 +40,37 @@ pub(crate) enum Node {
     Set(String),
     Latest(String),
     Gens(String),
-    /// An entry of a generation; the row is shared, nodes are cloned per request.
+    Tags(String),
+    /// `tags/<name>`, pointing at a generation; a moved tag is a new node.
+    Tag(String, String, u64),
+    /// `gens/<N>`; `gen` is present once the generation is open.
+    GenRoot {
+        set: String,
+        generation: u64,
+        gen: Option<Arc<Gen>>,
+    },
+    /// An entry below a generation root.
     Entry {
         gen: Arc<Gen>,
-        path: Vec<u8>,
-        row: Arc<Row>,
+        pos: RowPos,
+        row: Box<Row>,
     },
 }
 
 impl Node {
-    /// The identity an inode number is derived from.
-    pub(crate) fn key(&self) -> Vec<u8> {
+    /// The identity a synthetic inode number is derived from.
+    fn key(&self) -> Vec<u8> {
         match self {
             Node::Root => key(0, "", 0, b""),
             Node::Set(s) => key(1, s, 0, b""),
             Node::Latest(s) => key(2, s, 0, b""),
             Node::Gens(s) => key(3, s, 0, b""),
-            Node::Entry { gen, path, .. } => key(4, &gen.set, gen.generation, path),
+            Node::Tags(s) => key(5, s, 0, b""),
+            Node::Tag(s, t, g) => key(6, s, *g, t.as_bytes()),
+            Node::GenRoot {
+                set, generation, ..
+            } => key(7, set, *generation, b""),
+            Node::Entry { gen, row, .. } => key(4, &gen.set, gen.generation, &row.path()),
         }
     }
 }
@@ -54,12 +85,7 @@ fn key(tag: u8, set: &str, gen: u64, path: &[u8]) -> Vec<u8> {
     k
 }
 
-/// Inode number of an entry of a generation, as `readdir` reports it.
-pub(crate) fn entry_ino(set: &str, gen: u64, path: &[u8]) -> u64 {
-    hashed(&key(4, set, gen, path))
-}
-
-/// The inode number a node would get, without registering it (for readdir).
+/// The inode number a synthetic node would get, without registering it.
 pub(crate) fn ino_of(node: &Node) -> u64 {
     if matches!(node, Node::Root) {
         return ROOT;
@@ -71,74 +97,186 @@ fn hashed(key: &[u8]) -> u64 {
     let h = blake3::hash(key);
     let mut first = [0u8; 8];
     first.copy_from_slice(&h.as_bytes()[..8]);
-    let v = u64::from_le_bytes(first);
-    (v % (FALLBACK_BASE - 2)) + 2
+    (u64::from_le_bytes(first) % (FALLBACK_BASE - 2)) + 2
 }
 
-struct Slot {
+/// A row position as the low [`POS_BITS`] bits; `None` if it does not fit.
+pub(crate) fn pack_pos(pos: RowPos) -> Option<u64> {
+    let fits =
+        pos.at.seg < 1 << SEG_BITS && pos.at.group < 1 << GROUP_BITS && pos.at.idx < 1 << IDX_BITS;
+    fits.then(|| {
+        (u64::from(pos.delta) << (POS_BITS - 1))
+            | (u64::from(pos.at.seg) << (GROUP_BITS + IDX_BITS))
+            | (u64::from(pos.at.group) << IDX_BITS)
+            | u64::from(pos.at.idx)
+    })
+}
+
+pub(crate) fn unpack_pos(v: u64) -> RowPos {
+    let field = |shift: u32, bits: u32| ((v >> shift) & ((1 << bits) - 1)) as u32;
+    RowPos {
+        delta: (v >> (POS_BITS - 1)) & 1 == 1,
+        at: RepPos {
+            seg: field(GROUP_BITS + IDX_BITS, SEG_BITS),
+            group: field(IDX_BITS, GROUP_BITS),
+            idx: field(0, IDX_BITS),
+        },
+    }
+}
+
+/// Marks a directory offset that names an entry position. Offsets are
+/// `loff_t` to `lseek`/`seekdir`, so they must stay below 2^63.
+const OFFSET_BIT: u64 = 1 << 62;
+
+/// A directory offset for the entry at `pos`: above the two dot entries.
+pub(crate) fn dir_offset(pos: RowPos) -> Option<u64> {
+    pack_pos(pos).map(|p| p | OFFSET_BIT)
+}
+
+/// The position a directory offset from [`dir_offset`] names.
+pub(crate) fn offset_pos(offset: u64) -> Option<RowPos> {
+    (offset & OFFSET_BIT != 0).then(|| unpack_pos(offset & !OFFSET_BIT))
+}
+
+/// What an inode number resolves to.
+pub(crate) enum Resolved {
+    Synthetic(Node),
+    Entry(Arc<Gen>, RowPos),
+}
+
+struct Synthetic {
     node: Node,
     key: Vec<u8>,
     lookups: u64,
 }
 
+/// One generation's share of the inode space.
+struct GenSlot {
+    gen: Option<Arc<Gen>>,
+    lookups: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct Inodes {
-    slots: HashMap<u64, Slot>,
+    synthetic: HashMap<u64, Synthetic>,
     by_key: HashMap<Vec<u8>, u64>,
     next_fallback: u64,
+    slots: Vec<GenSlot>,
+    /// Slot numbers are kept for the daemon's life, so an entry keeps its
+    /// inode number whenever the same view of its generation serves it.
+    slot_of: HashMap<(String, u64), u32>,
 }
 
 impl Inodes {
-    pub(crate) fn get(&self, ino: u64) -> Option<Node> {
+    pub(crate) fn get(&self, ino: u64) -> Option<Resolved> {
         if ino == ROOT {
-            return Some(Node::Root);
+            return Some(Resolved::Synthetic(Node::Root));
         }
-        self.slots.get(&ino).map(|s| s.node.clone())
+        if ino & ENTRY_BIT == 0 {
+            let s = self.synthetic.get(&ino)?;
+            return Some(Resolved::Synthetic(s.node.clone()));
+        }
+        let slot = ((ino & !ENTRY_BIT) >> POS_BITS) as usize;
+        let gen = self.slots.get(slot)?.gen.clone()?;
+        Some(Resolved::Entry(gen, unpack_pos(ino)))
     }
 
-    /// Register one kernel lookup of `node`; returns its inode number.
+    /// The inode number of the entry at `pos` of `gen`, without counting a
+    /// lookup (for plain readdir). `None` if the number space is exhausted.
+    pub(crate) fn entry_ino(&mut self, gen: &Arc<Gen>, pos: RowPos) -> Option<u64> {
+        let key = (gen.set.clone(), gen.generation);
+        let slot = match self.slot_of.get(&key) {
+            Some(&s) => s,
+            None => {
+                let s = u32::try_from(self.slots.len())
+                    .ok()
+                    .filter(|s| *s < 1 << SLOT_BITS)?;
+                self.slots.push(GenSlot {
+                    gen: None,
+                    lookups: 0,
+                });
+                self.slot_of.insert(key, s);
+                s
+            }
+        };
+        Some(ENTRY_BIT | (u64::from(slot) << POS_BITS) | pack_pos(pos)?)
+    }
+
+    /// Count one kernel lookup of the entry at `pos` of `gen`.
+    pub(crate) fn remember_entry(&mut self, gen: &Arc<Gen>, pos: RowPos) -> Option<u64> {
+        let ino = self.entry_ino(gen, pos)?;
+        let slot = &mut self.slots[((ino & !ENTRY_BIT) >> POS_BITS) as usize];
+        slot.lookups += 1;
+        if slot.gen.is_none() {
+            slot.gen = Some(gen.clone());
+        }
+        Some(ino)
+    }
+
+    /// Count one kernel lookup of a synthetic node; returns its number.
     pub(crate) fn remember(&mut self, node: Node) -> u64 {
         if matches!(node, Node::Root) {
             return ROOT;
         }
         let key = node.key();
         if let Some(&ino) = self.by_key.get(&key) {
-            if let Some(slot) = self.slots.get_mut(&ino) {
-                slot.lookups += 1;
+            if let Some(s) = self.synthetic.get_mut(&ino) {
+                s.lookups += 1;
+                adopt_generation(&mut s.node, node);
                 return ino;
             }
         }
         let mut ino = hashed(&key);
-        if self.slots.contains_key(&ino) {
+        if self.synthetic.contains_key(&ino) {
             self.next_fallback += 1;
             ino = FALLBACK_BASE + self.next_fallback;
         }
         self.by_key.insert(key.clone(), ino);
-        self.slots.insert(
-            ino,
-            Slot {
-                node,
-                key,
-                lookups: 1,
-            },
-        );
+        let s = Synthetic {
+            node,
+            key,
+            lookups: 1,
+        };
+        self.synthetic.insert(ino, s);
         ino
     }
 
     /// The kernel dropped `n` lookups of `ino`.
     pub(crate) fn forget(&mut self, ino: u64, n: u64) {
-        let Some(slot) = self.slots.get_mut(&ino) else {
+        if ino & ENTRY_BIT != 0 {
+            let slot = ((ino & !ENTRY_BIT) >> POS_BITS) as usize;
+            if let Some(s) = self.slots.get_mut(slot) {
+                s.lookups = s.lookups.saturating_sub(n);
+                if s.lookups == 0 {
+                    s.gen = None;
+                }
+            }
+            return;
+        }
+        let Some(s) = self.synthetic.get_mut(&ino) else {
             return;
         };
-        slot.lookups = slot.lookups.saturating_sub(n);
-        if slot.lookups == 0 {
-            if let Some(slot) = self.slots.remove(&ino) {
-                self.by_key.remove(&slot.key);
+        s.lookups = s.lookups.saturating_sub(n);
+        if s.lookups == 0 {
+            if let Some(s) = self.synthetic.remove(&ino) {
+                self.by_key.remove(&s.key);
             }
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.slots.len()
+    /// Inodes the kernel holds: synthetic nodes plus entry lookups.
+    pub(crate) fn len(&self) -> u64 {
+        let entries: u64 = self.slots.iter().map(|s| s.lookups).sum();
+        self.synthetic.len() as u64 + entries
+    }
+}
+
+/// A generation root looked up by name brings its open generation; keep it
+/// (the root then pins its generation until forgotten).
+fn adopt_generation(held: &mut Node, new: Node) {
+    if let (Node::GenRoot { gen: held_gen, .. }, Node::GenRoot { gen: Some(g), .. }) = (held, new) {
+        if held_gen.is_none() {
+            *held_gen = Some(g);
+        }
     }
 }

@@ -56,6 +56,12 @@ enum Cmd {
     Sets(JsonArg),
     /// List read pins with holder and liveness (held, unheld, invalid)
     Pins(JsonArg),
+    /// Name a committed generation (latest unless --gen); tagged generations are kept
+    Tag(TagArgs),
+    /// Remove a tag
+    Untag(UntagArgs),
+    /// List the tags of a set
+    Tags(TagsArgs),
     /// Status of the store's mount daemons (through their control sockets)
     Status(JsonArg),
     /// Mount every generation read-only at MOUNTPOINT (starts strata-mountd)
@@ -81,6 +87,30 @@ struct UnmountCmd {
     #[arg(long)]
     lazy: bool,
     mountpoint: PathBuf,
+}
+
+#[derive(Args)]
+struct TagArgs {
+    #[arg(long)]
+    set: String,
+    #[arg(long)]
+    gen: Option<u64>,
+    name: String,
+}
+
+#[derive(Args)]
+struct UntagArgs {
+    #[arg(long)]
+    set: String,
+    name: String,
+}
+
+#[derive(Args)]
+struct TagsArgs {
+    #[arg(long)]
+    set: String,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -222,6 +252,17 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Verify(a) => cmd_verify(&open(&cli.store)?, a),
         Cmd::Sets(a) => sets(&open(&cli.store)?, a),
         Cmd::Pins(a) => pins(&open(&cli.store)?, a),
+        Cmd::Tag(a) => {
+            let generation = strata::tag::tag(&open(&cli.store)?, &a.set, &a.name, a.gen)?;
+            println!("tagged {}@{generation} as {}", a.set, a.name);
+            Ok(0)
+        }
+        Cmd::Untag(a) => {
+            strata::tag::untag(&open(&cli.store)?, &a.set, &a.name)?;
+            println!("untagged {} of {}", a.name, a.set);
+            Ok(0)
+        }
+        Cmd::Tags(a) => tags(&open(&cli.store)?, a),
         Cmd::Status(a) => {
             let store = open(&cli.store)?;
             status(&store, &store_path(&cli.store)?, a)
@@ -612,6 +653,25 @@ fn sets(store: &Store, a: JsonArg) -> Result<i32> {
         "{}",
         render::table(&["SET", "LATEST", "FILES", "BYTES"], &table)
     );
+    Ok(0)
+}
+
+fn tags(store: &Store, a: TagsArgs) -> Result<i32> {
+    let tags = strata::tag::list(store, &a.set)?;
+    if a.json {
+        return print_json(&tags);
+    }
+    let rows: Vec<Vec<String>> = tags
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.generation.to_string(),
+                render::time(t.created_ns),
+            ]
+        })
+        .collect();
+    println!("{}", render::table(&["TAG", "GEN", "CREATED (UTC)"], &rows));
     Ok(0)
 }
 
