@@ -115,6 +115,10 @@ pub struct Row {
     /// Observation metadata for skipping unchanged files; not part of identity.
     pub ino: u64,
     pub ctime_ns: i64,
+    /// Owner as observed (served with `--preserve-owner`); like mtime, not
+    /// part of identity.
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl Row {
@@ -134,6 +138,8 @@ impl Row {
             changed_gen: 0,
             ino: 0,
             ctime_ns: 0,
+            uid: 0,
+            gid: 0,
         }
     }
 

@@ -26,6 +26,8 @@ fn sample_rows() -> Vec<Row> {
     file.changed_gen = 2;
     file.ino = 42;
     file.ctime_ns = 1_700_000_000_000_000_001;
+    file.uid = 1000;
+    file.gid = 100;
     let mut link = Row::tombstone(b"docs".to_vec(), b"link".to_vec());
     link.kind = Kind::Symlink;
     link.mode = 0o777;
@@ -169,4 +171,4 @@ fn segment_and_manifest_parsers_never_panic_on_garbage() {
 }
 
 const GOLDEN_IDENTITY: &str = "af0c5c67e343e860819ed3ec82f9064b7437e6c2c48922bbc699b39b5910c3b4";
-const GOLDEN_ROW_RECORD: &str = "c466970405552de7e025181e87706a9080e00f929744cfdeeec0c78e3403457e";
+const GOLDEN_ROW_RECORD: &str = "744067e4b358a661d8b2a3d5cde8c1751d1404dbe9f791167f64092b0b892745";

@@ -273,6 +273,7 @@ fn status(ctx: &Context) -> Answer {
         "inodes": ctx.stats.inodes.load(Ordering::Relaxed),
         "open_handles": ctx.stats.handles.load(Ordering::Relaxed),
         "verified_blobs": ctx.stats.verified.load(Ordering::Relaxed),
+        "verify_failures": ctx.stats.verify_failures.load(Ordering::Relaxed),
         "rss_bytes": rss_bytes(),
     }))
 }

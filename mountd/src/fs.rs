@@ -115,6 +115,8 @@ pub(crate) struct StrataFs {
     next_fh: AtomicU64,
     passthrough: bool,
     verify: VerifyMode,
+    /// Serve stored owners instead of the mounting user.
+    preserve_owner: bool,
     /// Standalone blobs verified in full during this daemon run.
     verified: Mutex<HashSet<[u8; 32]>>,
     uid: u32,
@@ -181,6 +183,7 @@ impl StrataFs {
         only: Vec<String>,
         stats: Arc<Stats>,
         verify: VerifyMode,
+        preserve_owner: bool,
     ) -> StrataFs {
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -193,6 +196,7 @@ impl StrataFs {
             next_fh: AtomicU64::new(1),
             passthrough: false,
             verify,
+            preserve_owner,
             verified: Mutex::new(HashSet::new()),
             uid,
             gid,
@@ -289,8 +293,16 @@ impl StrataFs {
             kind,
             perm: (row.mode & 0o7777) as u16,
             nlink: if kind == FileType::Directory { 2 } else { 1 },
-            uid: self.uid,
-            gid: self.gid,
+            uid: if self.preserve_owner {
+                row.uid
+            } else {
+                self.uid
+            },
+            gid: if self.preserve_owner {
+                row.gid
+            } else {
+                self.gid
+            },
             rdev: 0,
             blksize: 4096,
             flags: 0,

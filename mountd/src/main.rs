@@ -43,6 +43,9 @@ struct Args {
     /// When standalone blobs are hashed in full before being served
     #[arg(long, value_enum, default_value = "first-open")]
     verify: fs::VerifyMode,
+    /// Serve each entry's stored owner instead of the mounting user
+    #[arg(long)]
+    preserve_owner: bool,
     mountpoint: PathBuf,
 }
 
@@ -87,7 +90,13 @@ fn run(args: Args) -> Result<(), String> {
     }
     let gens = Arc::new(gen::Gens::new(store));
     let stats = Arc::new(fs::Stats::default());
-    let fs = fs::StrataFs::new(gens.clone(), args.set.clone(), stats.clone(), args.verify);
+    let fs = fs::StrataFs::new(
+        gens.clone(),
+        args.set.clone(),
+        stats.clone(),
+        args.verify,
+        args.preserve_owner,
+    );
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::RO,

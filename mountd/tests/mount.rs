@@ -790,3 +790,31 @@ fn verify_always_rechecks_a_blob_at_every_open() {
     let err = fs::read(&file).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
 }
+
+#[test]
+fn owners_are_the_mounting_user_unless_preserved() {
+    use std::os::unix::fs::MetadataExt;
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "owned.txt", b"x");
+    std::os::unix::fs::chown(src.join("owned.txt"), Some(1234), Some(5678)).unwrap();
+    commit_dir(&store, "s", &src);
+    let m = Mount::start(&st, &mnt);
+    let md = fs::metadata(m.point.join("s/latest/owned.txt")).unwrap();
+    // SAFETY: getuid has no preconditions.
+    assert_eq!(md.uid(), unsafe { libc::getuid() });
+    drop(m);
+    let m = Mount::start_with(&st, &mnt, &["--preserve-owner"]);
+    let md = fs::metadata(m.point.join("s/latest/owned.txt")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    // A chown alone is a change the next commit records.
+    std::os::unix::fs::chown(src.join("owned.txt"), Some(4321), None).unwrap();
+    assert_eq!(commit_dir(&store, "s", &src), 2);
+    let md = fs::metadata(m.point.join("s/gens/2/owned.txt")).unwrap();
+    assert_eq!(md.uid(), 4321);
+}

@@ -3,6 +3,7 @@
 
   gentree.py mixed DIR        30,000 files, ~1.5 GiB, one 512 MiB file
   gentree.py wide DIR         300,000 small files in 3,000 directories
+  gentree.py wide1m DIR       1,000,000 small files in 1,000 directories
   gentree.py change DIR PCT LIST
                               rewrite PCT% of the files (every Nth, sorted),
                               write their relative paths to LIST
@@ -59,6 +60,16 @@ def wide(root):
             f.write(content(rng, rng.randint(100, 4000)))
 
 
+def wide1m(root):
+    rng = random.Random(4)
+    for i in range(1_000_000):
+        d = os.path.join(root, f"d{i % 1000:03d}")
+        if i < 1000:
+            os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i:07d}.txt"), "wb") as f:
+            f.write(content(rng, rng.randint(10, 400)))
+
+
 def change(root, pct, listfile):
     files = []
     for dirpath, _, names in os.walk(root):
@@ -83,6 +94,8 @@ if __name__ == "__main__":
         mixed(sys.argv[2])
     elif kind == "wide":
         wide(sys.argv[2])
+    elif kind == "wide1m":
+        wide1m(sys.argv[2])
     elif kind == "change":
         change(sys.argv[2], sys.argv[3], sys.argv[4])
     else:

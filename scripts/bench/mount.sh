@@ -4,12 +4,17 @@
 # restic snapshot of it, side by side in one run, cold (page, dentry and
 # inode caches dropped before each command) and warm (each command run once
 # untimed, then timed).
-#   scripts/bench/mount.sh [WORKDIR]       (default: target/bench-mount; ~6 GiB)
+#   scripts/bench/mount.sh [mixed|wide1m] [WORKDIR]
+#     mixed:  30k files, 1.5 GiB with a 512 MiB file (default; ~6 GiB of disk)
+#     wide1m: 1M small files in 1,000 directories (~3 GiB of disk)
+#   WORKDIR defaults to target/bench-mount-<tree>.
 # Prints a Markdown table and writes it to WORKDIR/mount-results.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
-WORK="${1:-$ROOT/target/bench-mount}"
+KIND="${1:-mixed}"
+case "$KIND" in mixed|wide1m) ;; *) echo "usage: $0 [mixed|wide1m] [WORKDIR]" >&2; exit 2 ;; esac
+WORK="${2:-$ROOT/target/bench-mount-$KIND}"
 for pkg in restic:restic mksquashfs:squashfs-tools squashfuse_ll:squashfuse fusermount3:fuse3 bc:bc /usr/bin/time:time; do
     command -v "${pkg%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg##*:}"; }
 done
@@ -24,10 +29,10 @@ trap cleanup EXIT
 cleanup
 rm -rf "$WORK" && mkdir -p "$WORK"/mnt-strata "$WORK"/mnt-squash "$WORK"/mnt-restic
 RESULTS="$WORK/mount-results.md"
-TREE="$WORK/mixed"
+TREE="$WORK/$KIND"
 
-echo "generating mixed tree..." >&2
-python3 "$ROOT/scripts/bench/gentree.py" mixed "$TREE"
+echo "generating $KIND tree..." >&2
+python3 "$ROOT/scripts/bench/gentree.py" "$KIND" "$TREE"
 "$STRATA" --store "$WORK/store" init >/dev/null
 "$STRATA" --store "$WORK/store" commit --set b "$TREE" >/dev/null
 mksquashfs "$TREE" "$WORK/tree.sqfs" -comp zstd -no-progress -quiet >/dev/null
@@ -52,16 +57,20 @@ declare -A DIRS=(
 )
 ORDER="native strata squashfuse_ll restic"
 
-# t CMD... : wall seconds
+# t CMD... : wall seconds (">LIMIT s" when a command runs over the limit)
+LIMIT="${LIMIT:-900}"
 t() {
-    /usr/bin/time -f "%e" -o "$WORK/t.out" "$@" >/dev/null 2>&1 || echo "failed: $*" >&2
+    local rc=0
+    timeout "$LIMIT" /usr/bin/time -f "%e" -o "$WORK/t.out" "$@" >/dev/null 2>&1 || rc=$?
+    if [ "$rc" = 124 ]; then echo ">$LIMIT s"; return; fi
+    [ "$rc" = 0 ] || echo "failed: $*" >&2
     cat "$WORK/t.out"
 }
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # m MODE CMD... : cold = drop caches first; warm = run once untimed first
 m() {
     local mode="$1"; shift
-    if [ "$mode" = cold ]; then cold; else "$@" >/dev/null 2>&1 || true; fi
+    if [ "$mode" = cold ]; then cold; else timeout "$LIMIT" "$@" >/dev/null 2>&1 || true; fi
     t "$@"
 }
 
@@ -74,7 +83,8 @@ for name in $ORDER; do
         f=$(m "$cache" bash -c "find '$d' | wc -l")
         l=$(m "$cache" ls -lR "$d")
         g=$(m "$cache" bash -c "grep -r -q needle-that-is-not-there '$d' || true")
-        c=$(m "$cache" cat "$d/media/big.bin")
+        c=-
+        [ -f "$d/media/big.bin" ] && c=$(m "$cache" cat "$d/media/big.bin")
         printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$cache" "$f" "$l" "$g" "$c" | tee -a "$RESULTS"
     done
 done

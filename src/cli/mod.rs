@@ -78,6 +78,13 @@ struct MountCmd {
     /// Stay in the foreground (for systemd and tests)
     #[arg(long)]
     foreground: bool,
+    /// When standalone blobs are hashed in full before being served
+    #[arg(long, value_name = "WHEN", default_value = "first-open",
+          value_parser = ["first-open", "always", "off"])]
+    verify: String,
+    /// Serve each entry's stored owner instead of the mounting user
+    #[arg(long)]
+    preserve_owner: bool,
     mountpoint: PathBuf,
 }
 
@@ -275,6 +282,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 mountpoint: &a.mountpoint,
                 sets: &a.set,
                 foreground: a.foreground,
+                verify: &a.verify,
+                preserve_owner: a.preserve_owner,
             })
         }
         Cmd::Unmount(a) => mount::unmount(&a.mountpoint, a.lazy),

@@ -38,6 +38,8 @@ pub(crate) struct MountArgs<'a> {
     pub mountpoint: &'a Path,
     pub sets: &'a [String],
     pub foreground: bool,
+    pub verify: &'a str,
+    pub preserve_owner: bool,
 }
 
 pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
@@ -50,7 +52,14 @@ pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
         )));
     }
     let mut cmd = Command::new(daemon_binary());
-    cmd.arg("--store").arg(a.store).arg(&point);
+    cmd.arg("--store")
+        .arg(a.store)
+        .arg("--verify")
+        .arg(a.verify)
+        .arg(&point);
+    if a.preserve_owner {
+        cmd.arg("--preserve-owner");
+    }
     for s in a.sets {
         cmd.arg("--set").arg(s);
     }

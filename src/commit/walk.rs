@@ -126,6 +126,8 @@ pub(crate) fn stat_row(parent: Vec<u8>, name: Vec<u8>, md: &Metadata, kind: Kind
             .ctime()
             .saturating_mul(1_000_000_000)
             .saturating_add(md.ctime_nsec()),
+        uid: md.uid(),
+        gid: md.gid(),
     }
 }
 
@@ -385,6 +387,7 @@ impl<'a> Walker<'a> {
                 && p.target == row.target
                 && p.mode == row.mode
                 && p.mtime_ns == row.mtime_ns
+                && (p.uid, p.gid) == (row.uid, row.gid)
         });
         if !same {
             (self.emit)(Event::Row(row))?;
@@ -394,7 +397,10 @@ impl<'a> Walker<'a> {
 
     fn observe_dir(&mut self, row: Row, prev: Option<Row>) -> Result<()> {
         let same = prev.as_ref().is_some_and(|p| {
-            p.kind == Kind::Dir && p.mode == row.mode && p.mtime_ns == row.mtime_ns
+            p.kind == Kind::Dir
+                && p.mode == row.mode
+                && p.mtime_ns == row.mtime_ns
+                && (p.uid, p.gid) == (row.uid, row.gid)
         });
         if !same {
             (self.emit)(Event::Row(row))?;
@@ -431,7 +437,7 @@ impl<'a> Walker<'a> {
 use std::os::unix::ffi::OsStringExt;
 
 /// True when the walk's stat proves a file equals its parent row: same
-/// kind, size, mtime ns, inode, ctime ns and mode, and the parent row was
+/// kind, size, mtime ns, inode, ctime ns, mode and owner, and the parent row was
 /// settled (not modified within the racy margin of the parent's walk).
 pub(crate) fn stat_proves_unchanged(prev: &Row, now: &Row, racy_from_ns: i64) -> bool {
     let settled = prev.mtime_ns.max(prev.ctime_ns) < racy_from_ns;
@@ -442,6 +448,7 @@ pub(crate) fn stat_proves_unchanged(prev: &Row, now: &Row, racy_from_ns: i64) ->
         && prev.ino == now.ino
         && prev.ctime_ns == now.ctime_ns
         && prev.mode == now.mode
+        && (prev.uid, prev.gid) == (now.uid, now.gid)
 }
 
 fn gone(e: &io::Error) -> bool {

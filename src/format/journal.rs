@@ -15,7 +15,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// 1: initial layout.
-pub const JOURNAL_VERSION: u32 = 1;
+pub const JOURNAL_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"STRATAJL";
 const SEAL_MAGIC: &[u8; 8] = b"STRJSEAL";
 const SEAL_LEN: u64 = 8 + 8 + 32;

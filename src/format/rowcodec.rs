@@ -31,6 +31,8 @@ pub fn encode(row: &Row, out: &mut Vec<u8>) {
         out.extend_from_slice(&v.to_le_bytes());
     }
     out.extend_from_slice(&row.ctime_ns.to_le_bytes());
+    out.extend_from_slice(&row.uid.to_le_bytes());
+    out.extend_from_slice(&row.gid.to_le_bytes());
 }
 
 fn encode_blob(blob: &BlobLoc, out: &mut Vec<u8>) {
@@ -76,6 +78,8 @@ pub fn decode(buf: &[u8], file: &str) -> Result<Row> {
     };
     let (first_gen, changed_gen, ino) = (r.u64()?, r.u64()?, r.u64()?);
     let ctime_ns = r.u64()? as i64;
+    let uid = u32::from_le_bytes(r.array()?);
+    let gid = u32::from_le_bytes(r.array()?);
     if r.pos != buf.len() {
         return Err(r.bad("trailing bytes"));
     }
@@ -93,6 +97,8 @@ pub fn decode(buf: &[u8], file: &str) -> Result<Row> {
         changed_gen,
         ino,
         ctime_ns,
+        uid,
+        gid,
     })
 }
 

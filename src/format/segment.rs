@@ -36,8 +36,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 /// Segment format version (see docs/FORMAT.md, "Segment").
-/// 1: initial layout.
-pub const SEGMENT_VERSION: u32 = 1;
+/// 1: initial layout. 2: `uid` and `gid` columns appended (a version 1
+/// segment reads as owner 0:0).
+pub const SEGMENT_VERSION: u32 = 2;
 /// Rows per row group: the unit a lookup decodes.
 pub const GROUP_ROWS: usize = 4096;
 /// Rows per segment before the writer starts a new file.
@@ -45,6 +46,9 @@ pub const SEGMENT_ROWS: usize = 65536;
 /// Largest segment file a reader accepts.
 pub const MAX_SEGMENT_BYTES: u64 = 1 << 30;
 const META_KEY: &str = "strata.segment";
+
+/// Columns of a version 1 segment; version 2 appends `uid` and `gid`.
+const V1_COLUMNS: usize = 17;
 
 fn schema() -> SchemaRef {
     static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
@@ -68,6 +72,8 @@ fn schema() -> SchemaRef {
                 Field::new("changed_gen", DataType::UInt64, false),
                 Field::new("ino", DataType::UInt64, false),
                 Field::new("ctime_ns", DataType::Int64, false),
+                Field::new("uid", DataType::UInt32, false),
+                Field::new("gid", DataType::UInt32, false),
             ]))
         })
         .clone()
@@ -299,6 +305,8 @@ fn to_batch(rows: &[Row]) -> Result<RecordBatch> {
     let mut changed = UInt64Builder::with_capacity(n);
     let mut ino = UInt64Builder::with_capacity(n);
     let mut ctime = Int64Builder::with_capacity(n);
+    let mut uid = UInt32Builder::with_capacity(n);
+    let mut gid = UInt32Builder::with_capacity(n);
     let fsb = |e: arrow_schema::ArrowError| Error::Internal(e.to_string());
     for r in rows {
         parent.append_value(&r.parent);
@@ -334,6 +342,8 @@ fn to_batch(rows: &[Row]) -> Result<RecordBatch> {
         changed.append_value(r.changed_gen);
         ino.append_value(r.ino);
         ctime.append_value(r.ctime_ns);
+        uid.append_value(r.uid);
+        gid.append_value(r.gid);
     }
     let cols: Vec<ArrayRef> = vec![
         Arc::new(parent.finish()),
@@ -353,6 +363,8 @@ fn to_batch(rows: &[Row]) -> Result<RecordBatch> {
         Arc::new(changed.finish()),
         Arc::new(ino.finish()),
         Arc::new(ctime.finish()),
+        Arc::new(uid.finish()),
+        Arc::new(gid.finish()),
     ];
     RecordBatch::try_new(schema(), cols).map_err(|e| Error::Internal(e.to_string()))
 }
@@ -396,14 +408,19 @@ impl Segment {
         let meta = guard(name, || {
             ArrowReaderMetadata::load(&bytes, ArrowReaderOptions::new())
         })?;
-        if meta.schema().fields() != schema().fields() {
+        let (version, groups) = parse_group_index(name, &meta)?;
+        let full = schema();
+        let want = match version {
+            1 => &full.fields()[..V1_COLUMNS],
+            _ => &full.fields()[..],
+        };
+        if meta.schema().fields()[..] != *want {
             return Err(Error::corrupt(
                 "segment",
                 name,
-                "schema differs from segment v1",
+                format!("schema differs from segment v{version}"),
             ));
         }
-        let groups = parse_group_index(name, &meta)?;
         Ok(Segment {
             name: name.to_string(),
             bytes,
@@ -512,7 +529,8 @@ fn guard<T>(name: &str, f: impl FnOnce() -> parquet::errors::Result<T>) -> Resul
     }
 }
 
-fn parse_group_index(name: &str, meta: &ArrowReaderMetadata) -> Result<Vec<Group>> {
+/// The segment's version and group index.
+fn parse_group_index(name: &str, meta: &ArrowReaderMetadata) -> Result<(u32, Vec<Group>)> {
     let md = meta.metadata();
     let kv = md
         .file_metadata()
@@ -562,7 +580,7 @@ fn parse_group_index(name: &str, meta: &ArrowReaderMetadata) -> Result<Vec<Group
             first,
         });
     }
-    Ok(groups)
+    Ok((sm.version, groups))
 }
 
 fn unhex(name: &str, s: &str) -> Result<Vec<u8>> {
@@ -590,6 +608,13 @@ fn decode_batch(name: &str, b: &RecordBatch, out: &mut Vec<Row>) -> Result<()> {
     let changed = col::<UInt64Array>(name, b, 14)?;
     let ino = col::<UInt64Array>(name, b, 15)?;
     let ctime = col::<Int64Array>(name, b, 16)?;
+    let owner = match b.num_columns() > V1_COLUMNS {
+        true => Some((
+            col::<UInt32Array>(name, b, 17)?,
+            col::<UInt32Array>(name, b, 18)?,
+        )),
+        false => None,
+    };
     let bad = |what: &str| Error::corrupt("segment", name, format!("invalid {what}"));
     for i in 0..b.num_rows() {
         let kind = Kind::from_code(kind.value(i)).ok_or_else(|| bad("kind"))?;
@@ -612,6 +637,8 @@ fn decode_batch(name: &str, b: &RecordBatch, out: &mut Vec<Row>) -> Result<()> {
             changed_gen: changed.value(i),
             ino: ino.value(i),
             ctime_ns: ctime.value(i),
+            uid: owner.map_or(0, |o| o.0.value(i)),
+            gid: owner.map_or(0, |o| o.1.value(i)),
         };
         check_row(name, &row)?;
         out.push(row);
