@@ -1,6 +1,6 @@
 //! Named durability steps and the failpoint registry that tests switch on.
 //!
-//! Every step a commit makes durable is a [`Step`]. Production code calls
+//! Every step a commit or a materialization makes durable is a [`Step`]. Production code calls
 //! [`FailPoints::hit`] after each; it does nothing unless a test configured
 //! that step to kill the process or to fail with an injected errno. The CLI
 //! builds the registry from `STRATA_FAILPOINTS` (e.g.
@@ -30,10 +30,23 @@ pub enum Step {
     LatestAdvanced,
     /// Staging and the published journal are removed.
     Cleaned,
+    /// Materialization: the attempt's CLAIMED task record exists.
+    TaskClaimed,
+    /// Materialization: the fold's segments are written to staging.
+    Folded,
+    /// Materialization: the verified output is recorded (OUTPUT_READY).
+    OutputReady,
+    /// Materialization: the PREPARED representation is in the index.
+    RepPrepared,
+    /// Materialization: the new representation is COMMITTED (readers switch).
+    RepCommitted,
+    /// Materialization: the task's pins are released (the committed record protects).
+    ProtectionTransferred,
 }
 
 impl Step {
-    pub const ALL: [Step; 8] = [
+    /// The steps of a commit, in order.
+    pub const COMMIT: [Step; 8] = [
         Step::BlobsDurable,
         Step::JournalSealed,
         Step::SegmentsWritten,
@@ -42,6 +55,16 @@ impl Step {
         Step::Committed,
         Step::LatestAdvanced,
         Step::Cleaned,
+    ];
+
+    /// The steps of a materialization, in order.
+    pub const MATERIALIZE: [Step; 6] = [
+        Step::TaskClaimed,
+        Step::Folded,
+        Step::OutputReady,
+        Step::RepPrepared,
+        Step::RepCommitted,
+        Step::ProtectionTransferred,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,11 +77,20 @@ impl Step {
             Step::Committed => "committed",
             Step::LatestAdvanced => "latest-advanced",
             Step::Cleaned => "cleaned",
+            Step::TaskClaimed => "task-claimed",
+            Step::Folded => "folded",
+            Step::OutputReady => "output-ready",
+            Step::RepPrepared => "rep-prepared",
+            Step::RepCommitted => "rep-committed",
+            Step::ProtectionTransferred => "protection-transferred",
         }
     }
 
     fn parse(s: &str) -> Option<Step> {
-        Step::ALL.into_iter().find(|st| st.name() == s)
+        Step::COMMIT
+            .into_iter()
+            .chain(Step::MATERIALIZE)
+            .find(|st| st.name() == s)
     }
 }
 

@@ -9,7 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::format::pointer::{LatestPointer, MAX_POINTER_BYTES, POINTER_TAG, POINTER_VERSION};
-use crate::format::record::{IndexRecord, State, MAX_RECORD_BYTES};
+use crate::format::record::{IndexRecord, RepRecord, State, MAX_RECORD_BYTES};
 use crate::storage::{CasOutcome, PutOutcome};
 use crate::store::{keys, Store};
 use std::collections::BTreeMap;
@@ -180,6 +180,50 @@ impl GenIndex {
         Ok(committed)
     }
 
+    /// Add `rep` as a PREPARED representation of committed `generation`,
+    /// provided its newest record still selects `source` for reading. `owner`
+    /// names the writer (a task id), so any attempt of that task may commit it.
+    pub fn prepare_rep(
+        &self,
+        generation: u64,
+        source: &str,
+        rep: RepRecord,
+        owner: &str,
+    ) -> Result<IndexRecord> {
+        let current = self.load(generation)?;
+        invariant_source_still_selected(&current, source)?;
+        let mut next = current;
+        next.record += 1;
+        next.representations.retain(|r| r.state != State::Prepared);
+        next.representations.push(RepRecord {
+            state: State::Prepared,
+            ..rep
+        });
+        next.owner = owner.to_string();
+        next.written_ns = crate::token::now_ns();
+        self.create(&next)?;
+        Ok(next)
+    }
+
+    /// Commit representation `manifest` of `prepared` (our newest record):
+    /// the only step that changes what readers of the generation select.
+    /// The representation it replaces is RETIRED; pins still hold it.
+    pub fn commit_rep(&self, prepared: &IndexRecord, manifest: &str) -> Result<IndexRecord> {
+        let current = self.load(prepared.generation)?;
+        invariant_rep_prepared_by_us(prepared, &current, manifest)?;
+        let mut next = current;
+        next.record += 1;
+        next.written_ns = crate::token::now_ns();
+        for r in &mut next.representations {
+            r.state = match r.manifest == manifest {
+                true => State::Committed,
+                false => State::Retired,
+            };
+        }
+        self.create(&next)?;
+        Ok(next)
+    }
+
     /// Advance the hint to `generation` unless it already names a later one.
     pub fn advance_hint(&self, generation: u64) -> Result<()> {
         let storage = self.store.storage();
@@ -255,5 +299,44 @@ fn invariant_parent_is_latest(prepared: &IndexRecord, latest: Option<u64>) -> Re
     Err(Error::Conflict(format!(
         "latest moved while committing: set=`{}` expected_parent={:?} latest={:?}",
         prepared.set, prepared.parent, latest
+    )))
+}
+
+/// Protects a materialization from publishing over a changed generation:
+/// the generation is still COMMITTED and still read through `source`.
+fn invariant_source_still_selected(current: &IndexRecord, source: &str) -> Result<()> {
+    let selected = current.read_rep().map(|r| r.manifest.as_str());
+    if current.state == State::Committed && selected == Some(source) {
+        return Ok(());
+    }
+    Err(Error::Conflict(format!(
+        "generation changed since the task was planned: set=`{}` generation={} state={} reads={:?}",
+        current.set,
+        current.generation,
+        current.state.label(),
+        selected
+    )))
+}
+
+/// Protects against committing someone else's (or a stale) preparation:
+/// the newest record is the one we prepared, with `manifest` PREPARED.
+fn invariant_rep_prepared_by_us(
+    prepared: &IndexRecord,
+    current: &IndexRecord,
+    manifest: &str,
+) -> Result<()> {
+    let ours = current.record == prepared.record
+        && current.owner == prepared.owner
+        && current.state == State::Committed
+        && current
+            .representations
+            .iter()
+            .any(|r| r.manifest == manifest && r.state == State::Prepared);
+    if ours {
+        return Ok(());
+    }
+    Err(Error::Conflict(format!(
+        "prepared representation was superseded before commit: set=`{}` generation={}",
+        prepared.set, prepared.generation
     )))
 }

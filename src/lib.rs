@@ -12,6 +12,7 @@ pub mod failpoint;
 pub mod format;
 pub mod identity;
 pub mod index;
+pub mod materialize;
 pub mod pin;
 pub mod publish;
 pub mod row;
@@ -19,6 +20,7 @@ pub mod spill;
 pub mod storage;
 pub mod store;
 pub mod tag;
+pub mod task;
 pub mod token;
 pub mod verify;
 

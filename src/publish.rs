@@ -431,7 +431,7 @@ fn commit_merged(
     })
 }
 
-fn move_segments(store: &Store, files: &[SegmentFile]) -> Result<Vec<SegmentRef>> {
+pub(crate) fn move_segments(store: &Store, files: &[SegmentFile]) -> Result<Vec<SegmentRef>> {
     let mut refs = Vec::with_capacity(files.len());
     for f in files {
         store

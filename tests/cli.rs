@@ -66,7 +66,7 @@ fn verify_clean(st: &Path) {
 
 #[test]
 fn kill_at_every_durability_step_keeps_the_last_committed_generation() {
-    for step in Step::ALL {
+    for step in Step::COMMIT {
         let t = tempfile::tempdir().unwrap();
         let (src, st) = setup(t.path());
         write(&src, "d1/f1", b"changed before the crash");
@@ -600,4 +600,21 @@ fn tags_name_committed_generations_and_refuse_to_move_silently() {
         Some(5)
     );
     ok(&strata(&st, &["tag", "--set", "s", "--gen", "2", "v1.0"]));
+}
+
+#[test]
+fn a_relative_store_path_works() {
+    let t = tempfile::tempdir().unwrap();
+    write(t.path(), "src/f", b"x");
+    let run = |args: &[&str]| {
+        Command::new(bin())
+            .current_dir(t.path())
+            .args(["--store", "st"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    ok(&run(&["init"]));
+    ok(&run(&["commit", "--set", "s", "src"]));
+    assert_eq!(ok(&run(&["cat", "--set", "s", "f"])), "x");
 }

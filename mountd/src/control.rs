@@ -10,6 +10,7 @@
 
 use crate::fs::Stats;
 use crate::gen::Gens;
+use crate::worker::Materializer;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -36,6 +37,14 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 struct Request {
     version: u32,
     command: String,
+    /// `materialize`: the set, optional generation (latest) and whether to
+    /// wait for a busy task instead of answering `conflict`.
+    #[serde(default)]
+    set: Option<String>,
+    #[serde(default)]
+    generation: Option<u64>,
+    #[serde(default)]
+    wait: bool,
 }
 
 #[derive(Serialize)]
@@ -51,6 +60,7 @@ pub(crate) struct Context {
     pub(crate) only: Vec<String>,
     pub(crate) mountpoint: PathBuf,
     pub(crate) started: Instant,
+    pub(crate) materializer: Arc<Materializer>,
     active: AtomicUsize,
 }
 
@@ -89,6 +99,7 @@ impl Context {
         stats: Arc<Stats>,
         only: Vec<String>,
         mountpoint: PathBuf,
+        materializer: Arc<Materializer>,
     ) -> Context {
         Context {
             gens,
@@ -96,6 +107,7 @@ impl Context {
             only,
             mountpoint,
             started: Instant::now(),
+            materializer,
             active: AtomicUsize::new(0),
         }
     }
@@ -225,6 +237,8 @@ fn answer(line: &[u8], ctx: &Context) -> Value {
         "pins" => pins(ctx),
         "refresh" => refresh(ctx),
         "unmount" => unmount(ctx),
+        "materialize" => materialize(ctx, &req),
+        "tasks" => tasks(ctx),
         other => return error_value("unknown-command", format!("unknown command `{other}`")),
     };
     match result {
@@ -295,6 +309,26 @@ fn refresh(ctx: &Context) -> Answer {
             .map_err(|e| ("internal", strata::cli_chain(&e)))?;
     }
     Ok(json!(sets(ctx)))
+}
+
+fn materialize(ctx: &Context, req: &Request) -> Answer {
+    let set = req
+        .set
+        .as_deref()
+        .ok_or(("invalid-request", "`materialize` needs `set`".to_string()))?;
+    strata::store::check_set_name(set).map_err(|e| ("invalid-request", e.to_string()))?;
+    let outcome = ctx
+        .materializer
+        .request(set, req.generation, req.wait)
+        .map_err(|e| ("failed", e))?;
+    Ok(json!(outcome))
+}
+
+fn tasks(ctx: &Context) -> Answer {
+    let all = strata::task::Tasks::new(ctx.gens.store())
+        .list()
+        .map_err(|e| ("internal", strata::cli_chain(&e)))?;
+    Ok(json!(all))
 }
 
 fn unmount(ctx: &Context) -> Answer {

@@ -28,7 +28,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use strata::compose::RowPos;
 use strata::error::Error;
@@ -55,9 +55,13 @@ pub(crate) enum VerifyMode {
 }
 
 enum Handle {
-    /// Kernel passthrough to a standalone blob: the backing id keeps the
-    /// kernel's reference alive until release; the file serves stray reads.
-    Passthrough { _backing: BackingId, file: File },
+    /// Kernel passthrough to a standalone blob: the backing id (shared by
+    /// every open of the same blob) keeps the kernel's reference alive until
+    /// the last release; the file serves stray reads.
+    Passthrough {
+        _backing: Arc<BackingId>,
+        file: File,
+    },
     /// A verified standalone blob read with pread (no passthrough).
     File(File),
     /// A packed (small) blob, read and verified at the first `read`: with
@@ -117,6 +121,10 @@ pub(crate) struct StrataFs {
     verify: VerifyMode,
     /// Serve stored owners instead of the mounting user.
     preserve_owner: bool,
+    /// Backing ids of blobs open with passthrough. The kernel requires every
+    /// passthrough open of an inode to use the same backing id, so all opens
+    /// of a blob share one while any is open.
+    backings: Mutex<HashMap<[u8; 32], Weak<BackingId>>>,
     /// Standalone blobs verified in full during this daemon run.
     verified: Mutex<HashSet<[u8; 32]>>,
     uid: u32,
@@ -197,6 +205,7 @@ impl StrataFs {
             passthrough: false,
             verify,
             preserve_owner,
+            backings: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashSet::new()),
             uid,
             gid,
@@ -538,9 +547,28 @@ impl StrataFs {
     }
 }
 
+impl StrataFs {
+    /// The backing id of `digest`: the one its current opens share, or a new one.
+    fn backing(
+        &self,
+        reply: &ReplyOpen,
+        file: &File,
+        digest: [u8; 32],
+    ) -> std::io::Result<Arc<BackingId>> {
+        let mut backings = self.backings.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(id) = backings.get(&digest).and_then(Weak::upgrade) {
+            return Ok(id);
+        }
+        backings.retain(|_, w| w.strong_count() > 0);
+        let id = Arc::new(reply.open_backing(file)?);
+        backings.insert(digest, Arc::downgrade(&id));
+        Ok(id)
+    }
+}
+
 /// What `open` decided to do.
 enum Opened {
-    Passthrough(File),
+    Passthrough(File, [u8; 32]),
     Handle(Handle, FopenFlags),
 }
 
@@ -586,7 +614,7 @@ impl StrataFs {
         })?;
         self.verify_standalone(&file, digest, what)?;
         if self.passthrough {
-            return Ok(Opened::Passthrough(file));
+            return Ok(Opened::Passthrough(file, digest));
         }
         Ok(Opened::Handle(
             Handle::File(file),
@@ -834,18 +862,11 @@ impl Filesystem for StrataFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match guarded("open", || self.do_open(ino, flags)) {
-            Ok(Opened::Passthrough(file)) => match reply.open_backing(&file) {
+            Ok(Opened::Passthrough(file, digest)) => match self.backing(&reply, &file, digest) {
                 Ok(id) => {
-                    let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-                    self.stats.handles.fetch_add(1, Ordering::Relaxed);
-                    let mut handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
-                    let h = handles
-                        .entry(fh)
-                        .or_insert(Handle::Passthrough { _backing: id, file });
-                    let Handle::Passthrough { _backing: id, .. } = h else {
-                        unreachable!("just inserted")
-                    };
-                    reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id);
+                    let shared = id.clone();
+                    let fh = self.new_handle(Handle::Passthrough { _backing: id, file });
+                    reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &shared);
                 }
                 Err(e) => {
                     warn!("passthrough refused ({e}); serving reads for this file");

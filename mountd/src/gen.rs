@@ -66,6 +66,21 @@ impl Gens {
             .unwrap_or(g))
     }
 
+    /// Open `generation` afresh and serve the new view to new users.
+    fn reopen(&self, set: &str, generation: u64) -> Result<Arc<Gen>> {
+        let view = GenView::open(&self.store, set, Some(generation), "mountd")?;
+        let g = Arc::new(Gen {
+            set: set.to_string(),
+            generation,
+            view,
+        });
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((set.to_string(), generation), Arc::downgrade(&g));
+        Ok(g)
+    }
+
     /// The latest generation of `set`, re-read when older than [`LATEST_FRESH`].
     pub(crate) fn latest(&self, set: &str) -> Result<Option<Arc<Gen>>> {
         if let Some((at, g)) = self
@@ -81,12 +96,18 @@ impl Gens {
         self.refresh(set)
     }
 
-    /// Re-read the index and pin the current latest of `set`.
+    /// Re-read the index and pin the current latest of `set`. When the
+    /// generation now reads from another representation (materialized), a
+    /// fresh view is opened for new users; current users keep theirs.
     pub(crate) fn refresh(&self, set: &str) -> Result<Option<Arc<Gen>>> {
         let Some(record) = GenIndex::new(&self.store, set).latest()? else {
             return Ok(None);
         };
-        let g = self.get(set, record.generation)?;
+        let mut g = self.get(set, record.generation)?;
+        let selected = record.read_rep().map(|r| r.manifest.as_str());
+        if selected != Some(g.view.top().manifest_name.as_str()) {
+            g = self.reopen(set, record.generation)?;
+        }
         self.latest
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -11,6 +11,7 @@ mod control;
 mod fs;
 mod gen;
 mod node;
+mod worker;
 
 use clap::Parser;
 use fuser::{Config, INodeNo, MountOption, Notifier, Session};
@@ -46,11 +47,22 @@ struct Args {
     /// Serve each entry's stored owner instead of the mounting user
     #[arg(long)]
     preserve_owner: bool,
+    /// Do not fold deltas into new bases on the daemon's own initiative
+    #[arg(long)]
+    no_materialize: bool,
+    /// Materialize when a delta has at least this fraction of its base's rows
+    #[arg(long, default_value_t = 0.5)]
+    materialize_ratio: f64,
+    /// ... and at least this many rows
+    #[arg(long, default_value_t = 10_000)]
+    materialize_min_rows: u64,
     mountpoint: PathBuf,
 }
 
 /// How often the latest generation of every set is re-read and pinned.
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
+/// How long shutdown waits for an active materialization.
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
 fn main() {
     let args = Args::parse();
@@ -109,15 +121,30 @@ fn run(args: Args) -> Result<(), String> {
     let session = Session::new(fs, &args.mountpoint, &config)
         .map_err(|e| format!("mount {}: {e}", args.mountpoint.display()))?;
     spawn_signal_waiter(args.mountpoint.clone());
+    let policy = worker::Policy {
+        enabled: !args.no_materialize,
+        ratio: args.materialize_ratio,
+        min_rows: args.materialize_min_rows,
+    };
+    let materializer = Arc::new(
+        worker::Materializer::start(gens.store().clone(), policy)
+            .map_err(|e| format!("materialization worker: {e}"))?,
+    );
     let ctx = control::Context::new(
         gens.clone(),
         stats,
         args.set.clone(),
         args.mountpoint.clone(),
+        materializer.clone(),
     );
     let socket = control::start(&root, ctx).map_err(|e| format!("control socket: {e}"))?;
     info!("control socket {}", socket.display());
-    let (stop, refresher) = spawn_refresher(gens.clone(), args.set, session.notifier());
+    let (stop, refresher) = spawn_refresher(
+        gens.clone(),
+        args.set,
+        session.notifier(),
+        materializer.clone(),
+    );
     info!(
         "serving {} at {}",
         root.display(),
@@ -127,6 +154,7 @@ fn run(args: Args) -> Result<(), String> {
     let _ = std::fs::remove_file(&socket);
     drop(stop);
     let _ = refresher.join();
+    materializer.shutdown(SHUTDOWN_DEADLINE);
     gens.release();
     served?;
     info!("unmounted; pins released");
@@ -198,11 +226,13 @@ pub(crate) fn umount(mountpoint: &Path, flags: i32) -> std::io::Result<()> {
 /// until the returned sender is dropped; join the handle to release it.
 /// When a set's latest moves, the kernel's cached `latest` symlink is
 /// invalidated (symlink targets are cached, so reads through `latest` do not
-/// pay a readlink round trip per path resolution).
+/// pay a readlink round trip per path resolution). Each latest generation is
+/// offered to the materialization policy.
 fn spawn_refresher(
     gens: Arc<gen::Gens>,
     only: Vec<String>,
     notifier: Notifier,
+    materializer: Arc<worker::Materializer>,
 ) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let (stop, stopped) = mpsc::channel::<()>();
     let handle = std::thread::spawn(move || {
@@ -216,6 +246,7 @@ fn spawn_refresher(
             for s in &sets {
                 match gens.refresh(s) {
                     Ok(Some(g)) => {
+                        materializer.consider(&g);
                         if seen
                             .insert(s.clone(), g.generation)
                             .is_some_and(|prev| prev != g.generation)

@@ -163,8 +163,10 @@ pub(crate) struct Inodes {
     next_fallback: u64,
     slots: Vec<GenSlot>,
     /// Slot numbers are kept for the daemon's life, so an entry keeps its
-    /// inode number whenever the same view of its generation serves it.
-    slot_of: HashMap<(String, u64), u32>,
+    /// inode number whenever the same view of its generation serves it. A
+    /// new representation (after materialization) gets its own slot: row
+    /// positions differ between representations.
+    slot_of: HashMap<(String, u64, String), u32>,
 }
 
 impl Inodes {
@@ -184,7 +186,8 @@ impl Inodes {
     /// The inode number of the entry at `pos` of `gen`, without counting a
     /// lookup (for plain readdir). `None` if the number space is exhausted.
     pub(crate) fn entry_ino(&mut self, gen: &Arc<Gen>, pos: RowPos) -> Option<u64> {
-        let key = (gen.set.clone(), gen.generation);
+        let top = gen.view.top().manifest_name.clone();
+        let key = (gen.set.clone(), gen.generation, top);
         let slot = match self.slot_of.get(&key) {
             Some(&s) => s,
             None => {

@@ -818,3 +818,136 @@ fn owners_are_the_mounting_user_unless_preserved() {
     let md = fs::metadata(m.point.join("s/gens/2/owned.txt")).unwrap();
     assert_eq!(md.uid(), 4321);
 }
+
+/// Generation 2 of set `s` as a large delta over generation 1.
+fn large_delta(store: &Store, src: &Path) {
+    for i in 0..200 {
+        write(src, &format!("d{}/f{i}", i % 5), &noise(i, 600));
+    }
+    write(src, "big.bin", &noise(77, 3 << 20));
+    commit_dir(store, "s", src);
+    for i in (0..200).step_by(2) {
+        write(src, &format!("d{}/f{i}", i % 5), &noise(i + 900, 800));
+    }
+    commit_dir(store, "s", src);
+}
+
+fn reads_from(store: &Store, generation: u64) -> strata::format::manifest::RepKind {
+    strata::compose::GenView::open(store, "s", Some(generation), "test")
+        .unwrap()
+        .top()
+        .kind()
+}
+
+#[test]
+fn readers_keep_working_through_materialization() {
+    use std::io::{Read, Seek};
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    large_delta(&store, &src);
+    let m = Mount::start_with(&st, &mnt, &["--no-materialize"]);
+    let gen2 = m.point.join("s/gens/2");
+    let mut open = fs::File::open(gen2.join("big.bin")).unwrap();
+    let mut head = vec![0u8; 4096];
+    open.read_exact(&mut head).unwrap();
+    let cwd = Command::new("sh")
+        .arg("-c")
+        .arg("cd d1 && sleep 3 && cat f1 f6 | wc -c")
+        .current_dir(&gen2)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = strata::materialize::materialize(
+        &store,
+        &strata::materialize::MaterializeOptions {
+            set: "s".into(),
+            generation: Some(2),
+            wait: false,
+            plan_only: false,
+        },
+    )
+    .unwrap();
+    assert_eq!(out.state, Some(strata::task::TaskState::Published));
+    assert_eq!(
+        reads_from(&store, 2),
+        strata::format::manifest::RepKind::Base
+    );
+    open.rewind().unwrap();
+    let mut all = Vec::new();
+    open.read_to_end(&mut all).unwrap();
+    assert_eq!(all, fs::read(src.join("big.bin")).unwrap(), "the open file");
+    let counted = cwd.wait_with_output().unwrap();
+    assert!(counted.status.success(), "the cwd in the generation");
+    assert_eq!(String::from_utf8_lossy(&counted.stdout).trim(), "1400");
+    diff_r(&src, &gen2);
+}
+
+#[test]
+fn the_daemon_materializes_by_policy_and_on_request() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    large_delta(&store, &src);
+    let args = ["--materialize-min-rows", "10", "--materialize-ratio", "0.1"];
+    let m = Mount::start_with(&st, &mnt, &args);
+    wait_for("policy materialization", || {
+        reads_from(&store, 2) == strata::format::manifest::RepKind::Base
+    });
+    diff_r(&src, &m.point.join("s/gens/2"));
+    // A request through the socket: generation 3, a delta below the policy's ratio.
+    write(&src, "d0/f0", b"small");
+    commit_dir(&store, "s", &src);
+    let sock = control_socket(&st);
+    let replies = exchange(
+        &sock,
+        b"{\"version\":1,\"command\":\"materialize\",\"set\":\"s\",\"generation\":3,\"wait\":true}\n{\"version\":1,\"command\":\"materialize\"}\n{\"version\":1,\"command\":\"tasks\"}\n",
+    );
+    assert_eq!(
+        replies[0]["result"]["state"], "PUBLISHED",
+        "{:?}",
+        replies[0]
+    );
+    assert_eq!(replies[1]["error"]["kind"], "invalid-request");
+    assert_eq!(replies[2]["result"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        reads_from(&store, 3),
+        strata::format::manifest::RepKind::Base
+    );
+    diff_r(&src, &m.point.join("s/gens/3"));
+}
+
+#[test]
+fn a_large_file_opened_twice_at_once_reads_in_both() {
+    use std::io::Read;
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "big.bin", &noise(5, 3 << 20));
+    write(&src, "copy.bin", &noise(5, 3 << 20));
+    commit_dir(&store, "s", &src);
+    let m = Mount::start(&st, &mnt);
+    // Three opens of one blob (two paths share its content) held together.
+    let paths = ["s/gens/1/big.bin", "s/gens/1/big.bin", "s/latest/copy.bin"];
+    let mut files: Vec<fs::File> = paths
+        .iter()
+        .map(|p| fs::File::open(m.point.join(p)).unwrap())
+        .collect();
+    for f in &mut files {
+        let mut all = Vec::new();
+        f.read_to_end(&mut all).unwrap();
+        assert_eq!(all, noise(5, 3 << 20));
+    }
+}

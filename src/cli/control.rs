@@ -31,6 +31,20 @@ pub(crate) fn sockets(store: &Path) -> Vec<PathBuf> {
 
 /// Send one command; `Ok(None)` when nobody listens (a stale socket).
 pub(crate) fn ask(socket: &Path, command: &str) -> Result<Option<Value>> {
+    let request = json!({ "version": PROTOCOL_VERSION, "command": command });
+    ask_request(socket, &request, Some(TIMEOUT))
+}
+
+/// Send one request (its `version` is set here); wait for the reply up to
+/// `timeout` (`None`: as long as the daemon works on it).
+pub(crate) fn ask_request(
+    socket: &Path,
+    request: &Value,
+    timeout: Option<Duration>,
+) -> Result<Option<Value>> {
+    let mut request = request.clone();
+    request["version"] = json!(PROTOCOL_VERSION);
+    let command = request["command"].as_str().unwrap_or("?").to_string();
     let stream = match UnixStream::connect(socket) {
         Ok(s) => s,
         Err(e)
@@ -42,10 +56,9 @@ pub(crate) fn ask(socket: &Path, command: &str) -> Result<Option<Value>> {
         Err(e) => return Err(Error::io("connect", socket, e)),
     };
     stream
-        .set_read_timeout(Some(TIMEOUT))
+        .set_read_timeout(timeout)
         .map_err(|e| Error::io("socket", socket, e))?;
-    let mut line = serde_json::to_vec(&json!({ "version": PROTOCOL_VERSION, "command": command }))
-        .map_err(|e| Error::Internal(e.to_string()))?;
+    let mut line = serde_json::to_vec(&request).map_err(|e| Error::Internal(e.to_string()))?;
     line.push(b'\n');
     (&stream)
         .write_all(&line)

@@ -62,6 +62,10 @@ enum Cmd {
     Untag(UntagArgs),
     /// List the tags of a set
     Tags(TagsArgs),
+    /// Fold a generation's delta into a new base (a durable, resumable task)
+    Materialize(MaterializeArgs),
+    /// List materialization tasks with state, attempt, owner, progress, last error
+    Tasks(JsonArg),
     /// Status of the store's mount daemons (through their control sockets)
     Status(JsonArg),
     /// Mount every generation read-only at MOUNTPOINT (starts strata-mountd)
@@ -85,6 +89,9 @@ struct MountCmd {
     /// Serve each entry's stored owner instead of the mounting user
     #[arg(long)]
     preserve_owner: bool,
+    /// Do not fold deltas into new bases on the daemon's own initiative
+    #[arg(long)]
+    no_materialize: bool,
     mountpoint: PathBuf,
 }
 
@@ -116,6 +123,26 @@ struct UntagArgs {
 struct TagsArgs {
     #[arg(long)]
     set: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct MaterializeArgs {
+    #[arg(long)]
+    set: String,
+    /// Generation to fold (default: latest)
+    #[arg(long)]
+    gen: Option<u64>,
+    /// Wait for another worker's attempt or a retry delay instead of failing
+    #[arg(long)]
+    wait: bool,
+    /// Only plan the task (PLANNED), do not run it
+    #[arg(long)]
+    plan: bool,
+    /// Run in this process even when a mount daemon of the store runs
+    #[arg(long)]
+    in_process: bool,
     #[arg(long)]
     json: bool,
 }
@@ -270,6 +297,11 @@ fn dispatch(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Tags(a) => tags(&open(&cli.store)?, a),
+        Cmd::Materialize(a) => {
+            let store = open(&cli.store)?;
+            cmd_materialize(&store, &store_path(&cli.store)?, a)
+        }
+        Cmd::Tasks(a) => tasks(&open(&cli.store)?, a),
         Cmd::Status(a) => {
             let store = open(&cli.store)?;
             status(&store, &store_path(&cli.store)?, a)
@@ -284,6 +316,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 foreground: a.foreground,
                 verify: &a.verify,
                 preserve_owner: a.preserve_owner,
+                no_materialize: a.no_materialize,
             })
         }
         Cmd::Unmount(a) => mount::unmount(&a.mountpoint, a.lazy),
@@ -661,6 +694,93 @@ fn sets(store: &Store, a: JsonArg) -> Result<i32> {
     println!(
         "{}",
         render::table(&["SET", "LATEST", "FILES", "BYTES"], &table)
+    );
+    Ok(0)
+}
+
+/// Through the store's mount daemon when one answers, else in this process.
+fn run_materialize(
+    store: &Store,
+    root: &std::path::Path,
+    opts: &strata::materialize::MaterializeOptions,
+    in_process: bool,
+) -> Result<strata::materialize::Outcome> {
+    if !opts.plan_only && !in_process {
+        let request = serde_json::json!({"command": "materialize", "set": opts.set,
+            "generation": opts.generation, "wait": opts.wait});
+        for socket in control::sockets(root) {
+            if let Some(v) = control::ask_request(&socket, &request, None)? {
+                return serde_json::from_value(v).map_err(|e| {
+                    Error::corrupt("control reply", socket.display().to_string(), e.to_string())
+                });
+            }
+        }
+    }
+    strata::materialize::materialize(store, opts)
+}
+
+fn cmd_materialize(store: &Store, root: &std::path::Path, a: MaterializeArgs) -> Result<i32> {
+    let opts = strata::materialize::MaterializeOptions {
+        set: a.set,
+        generation: a.gen,
+        wait: a.wait,
+        plan_only: a.plan,
+    };
+    let o = run_materialize(store, root, &opts, a.in_process)?;
+    let failed = matches!(
+        o.state,
+        Some(strata::task::TaskState::Failed | strata::task::TaskState::SourceRetired)
+    );
+    let code = if failed { 1 } else { 0 };
+    if a.json {
+        print_json(&o)?;
+        return Ok(code);
+    }
+    match (&o.task, o.state) {
+        (None, _) => println!("{}@{} already reads from a base", o.set, o.generation),
+        (Some(task), Some(state)) => println!(
+            "{}@{}: task {task} {} (attempt {}, {} rows{})",
+            o.set,
+            o.generation,
+            state.label(),
+            o.attempt,
+            o.rows,
+            o.manifest
+                .as_deref()
+                .map(|m| format!(", base {}", &m[..m.len().min(16)]))
+                .unwrap_or_default()
+        ),
+        (Some(task), None) => println!("{}@{}: task {task}", o.set, o.generation),
+    }
+    Ok(code)
+}
+
+fn tasks(store: &Store, a: JsonArg) -> Result<i32> {
+    let tasks = strata::task::Tasks::new(store).list()?;
+    if a.json {
+        return print_json(&tasks);
+    }
+    let rows: Vec<Vec<String>> = tasks
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.clone(),
+                t.state.label().to_string(),
+                t.attempt.to_string(),
+                t.owner
+                    .as_deref()
+                    .map_or("-".into(), |o| o[..o.len().min(12)].to_string()),
+                t.progress_rows.to_string(),
+                t.last_error.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        render::table(
+            &["TASK", "STATE", "ATTEMPT", "OWNER", "ROWS", "LAST ERROR"],
+            &rows
+        )
     );
     Ok(0)
 }

@@ -40,6 +40,7 @@ pub(crate) struct MountArgs<'a> {
     pub foreground: bool,
     pub verify: &'a str,
     pub preserve_owner: bool,
+    pub no_materialize: bool,
 }
 
 pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
@@ -59,6 +60,9 @@ pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
         .arg(&point);
     if a.preserve_owner {
         cmd.arg("--preserve-owner");
+    }
+    if a.no_materialize {
+        cmd.arg("--no-materialize");
     }
     for s in a.sets {
         cmd.arg("--set").arg(s);

@@ -155,12 +155,12 @@ pub(crate) struct Staging {
 }
 
 impl Staging {
-    fn create(store: &Store, token: &str) -> Result<Staging> {
-        let owner = match store.storage().lease(
-            &keys::staging_owner(token),
-            &format!("commit pid={}", std::process::id()),
-            false,
-        )? {
+    /// Take the owner lease of `token` (held by `holder`) and make its directory.
+    pub(crate) fn create(store: &Store, token: &str, holder: &str) -> Result<Staging> {
+        let owner = match store
+            .storage()
+            .lease(&keys::staging_owner(token), holder, false)?
+        {
             TryLease::Acquired(l) => l,
             TryLease::Busy { holder } => {
                 return Err(Error::Internal(format!(
@@ -288,7 +288,8 @@ pub fn commit(
         None => None,
     };
     let generation = parent.as_ref().map_or(0, |p| p.generation()) + 1;
-    let staging = Staging::create(store, &token)?;
+    let holder = format!("commit pid={}", std::process::id());
+    let staging = Staging::create(store, &token, &holder)?;
     let journal_key = format!("{}/{token}.journal", keys::journal_dir(&opts.set));
     let journal_path = store
         .storage()

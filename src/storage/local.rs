@@ -86,6 +86,11 @@ pub(crate) fn ensure_dir(dir: &Path) -> Result<()> {
 }
 
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
+    // The parent of a relative top-level name is the empty path: the cwd.
+    let dir = match dir.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => dir,
+    };
     File::open(dir)
         .and_then(|f| f.sync_all())
         .ctx("fsync-dir", dir)

@@ -1,0 +1,569 @@
+//! Materialization: fold a generation's base + cumulative delta into a new
+//! base, as a durable, leased, verified task (`task.rs`). Never a second
+//! commit protocol: the generation keeps its number and identity; only its
+//! representation changes, and only the index record that commits the new
+//! representation changes what readers select.
+//!
+//! One attempt, each step a named [`Step`]:
+//! claim (CLAIMED record, attempt lease held) → protect (pin the source
+//! representation, check it is exactly the planned one) → fold (stream rows
+//! in key order into staging segments; memory is one row group per input and
+//! one per output) → output (segments and manifest in their final
+//! content-addressed names, re-read and verified: parse, digests, key order,
+//! identity) → OUTPUT_READY → PUBLISHING → PREPARED representation →
+//! COMMITTED representation (readers switch; the replaced one is RETIRED and
+//! stays readable for its pins) → release the task's pins → PUBLISHED.
+//!
+//! A failed attempt records RETRY_WAIT with backoff (FAILED after
+//! [`MAX_ATTEMPTS`]); a dead attempt (lease unheld) is taken over with
+//! attempt + 1, its staging removed. A takeover after OUTPUT_READY reuses the
+//! recorded, re-verified output instead of writing a second copy.
+
+use crate::commit::Staging;
+use crate::compose::{GenView, Representation};
+use crate::error::{Error, Result};
+use crate::failpoint::Step;
+use crate::format::manifest::{Counts, FileRef, Manifest, RepKind, MANIFEST_TAG, MANIFEST_VERSION};
+use crate::format::record::{IndexRecord, RepRecord, State};
+use crate::format::segment::SegmentWriter;
+use crate::identity::IdentityHasher;
+use crate::index::GenIndex;
+use crate::row::{BlobLoc, Kind, Row};
+use crate::store::{keys, Store};
+use crate::task::{
+    Bounds, SourceRep, Target, TaskRecord, TaskState, Tasks, MAX_ATTEMPTS, TASK_TAG, TASK_VERSION,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Memory the fold may use (recorded in the plan; the fold itself holds one
+/// decoded row group per input and one output group).
+const FOLD_BUDGET: u64 = 64 << 20;
+/// How often a waiting caller re-reads a task someone else works on.
+const POLL: Duration = Duration::from_millis(200);
+
+/// What to materialize.
+#[derive(Debug, Clone)]
+pub struct MaterializeOptions {
+    pub set: String,
+    /// Latest when `None`.
+    pub generation: Option<u64>,
+    /// Wait for another worker's attempt or for a retry delay instead of
+    /// returning a conflict.
+    pub wait: bool,
+    /// Only plan (create the PLANNED task record).
+    pub plan_only: bool,
+}
+
+/// How a materialization request ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outcome {
+    pub set: String,
+    pub generation: u64,
+    /// `None` when the generation already reads from a base.
+    pub task: Option<String>,
+    pub state: Option<TaskState>,
+    pub attempt: u32,
+    /// Manifest of the new base.
+    pub manifest: Option<String>,
+    pub rows: u64,
+}
+
+/// Plan (or find) the materialization of a generation and drive it to a
+/// final state.
+pub fn materialize(store: &Store, opts: &MaterializeOptions) -> Result<Outcome> {
+    let index = GenIndex::new(store, &opts.set);
+    let record = match opts.generation {
+        Some(g) => index.load(g)?,
+        None => index.latest()?.ok_or_else(|| Error::NotFound {
+            what: "committed generation",
+            name: opts.set.clone(),
+        })?,
+    };
+    if record.state != State::Committed {
+        return Err(Error::Invalid(format!(
+            "only a committed generation is materialized: set=`{}` gen={} state={}",
+            opts.set,
+            record.generation,
+            record.state.label()
+        )));
+    }
+    if let Some(pending) = pending_task(store, &opts.set, record.generation)? {
+        return drive(store, &pending, opts.wait);
+    }
+    let Some(task) = plan(store, &record)? else {
+        return Ok(Outcome {
+            set: opts.set.clone(),
+            generation: record.generation,
+            task: None,
+            state: None,
+            attempt: 0,
+            manifest: record.read_rep().map(|r| r.manifest.clone()),
+            rows: 0,
+        });
+    };
+    if opts.plan_only {
+        return Ok(outcome(&task));
+    }
+    drive(store, &task.id, opts.wait)
+}
+
+fn outcome(t: &TaskRecord) -> Outcome {
+    Outcome {
+        set: t.set.clone(),
+        generation: t.target.generation,
+        task: Some(t.id.clone()),
+        state: Some(t.state),
+        attempt: t.attempt,
+        manifest: t.output.clone(),
+        rows: t.progress_rows,
+    }
+}
+
+/// An unfinished task for (`set`, `generation`): one that died after the
+/// new representation became readable still needs its final records.
+fn pending_task(store: &Store, set: &str, generation: u64) -> Result<Option<String>> {
+    let tasks = Tasks::new(store).list()?;
+    Ok(tasks
+        .into_iter()
+        .find(|t| t.set == set && t.target.generation == generation && !t.state.is_final())
+        .map(|t| t.id))
+}
+
+/// The task id: the target and the exact source it reads, so planning the
+/// same work twice finds the existing task.
+fn task_id(set: &str, generation: u64, source_manifest: &str) -> String {
+    let set: String = set
+        .bytes()
+        .map(|b| match b.is_ascii_alphanumeric() {
+            true => b as char,
+            false => '-',
+        })
+        .collect();
+    format!(
+        "materialize-{set}-{generation}-{}",
+        source_manifest.get(..16).unwrap_or(source_manifest)
+    )
+}
+
+/// The PLANNED task for `record` (or the existing task for the same target
+/// and source); `None` when the generation already reads from a base.
+fn plan(store: &Store, record: &IndexRecord) -> Result<Option<TaskRecord>> {
+    let rep = record.read_rep().ok_or_else(|| {
+        Error::corrupt("index record", &record.set, "no committed representation")
+    })?;
+    if rep.kind == RepKind::Base {
+        return Ok(None);
+    }
+    let id = task_id(&record.set, record.generation, &rep.manifest);
+    let tasks = Tasks::new(store);
+    if let Some(t) = tasks.newest(&id)? {
+        return Ok(Some(t));
+    }
+    let top = Representation::open(store, &rep.manifest)?;
+    let base_name = top
+        .manifest
+        .base
+        .as_ref()
+        .map(|b| b.manifest.clone())
+        .ok_or_else(|| Error::corrupt("manifest", &rep.manifest, "delta without a base"))?;
+    let base = Representation::open(store, &base_name)?;
+    let source = |r: &Representation| SourceRep {
+        kind: r.kind(),
+        manifest: r.manifest_name.clone(),
+        identity: r.manifest.identity.clone(),
+        segments: r.manifest.segments.iter().map(|s| s.name.clone()).collect(),
+        packs: r.manifest.packs.iter().map(|p| p.name.clone()).collect(),
+    };
+    let planned = TaskRecord {
+        tag: TASK_TAG.into(),
+        version: TASK_VERSION,
+        id,
+        record: 1,
+        set: record.set.clone(),
+        sources: vec![source(&base), source(&top)],
+        target: Target {
+            generation: record.generation,
+            representation: RepKind::Base,
+        },
+        bounds: Bounds {
+            rows_in: base.manifest.counts.rows + top.manifest.counts.rows,
+            budget_bytes: FOLD_BUDGET,
+        },
+        state: TaskState::Planned,
+        attempt: 0,
+        owner: None,
+        output: None,
+        retry_at_ns: None,
+        last_error: None,
+        progress_rows: 0,
+        written_ns: crate::token::now_ns(),
+    };
+    match tasks.put(&planned) {
+        Ok(()) => Ok(Some(planned)),
+        Err(Error::Conflict(_)) => tasks.newest(&planned.id),
+        Err(e) => Err(e),
+    }
+}
+
+/// Drive task `id` until it is final (or, without `wait`, until it is
+/// someone else's to move).
+fn drive(store: &Store, id: &str, wait: bool) -> Result<Outcome> {
+    let tasks = Tasks::new(store);
+    loop {
+        let t = tasks.newest(id)?.ok_or_else(|| Error::NotFound {
+            what: "task",
+            name: id.to_string(),
+        })?;
+        if t.state.is_final() {
+            return Ok(outcome(&t));
+        }
+        if let Some(busy) = busy(&tasks, &t)? {
+            if !wait {
+                return Err(Error::Conflict(busy));
+            }
+            std::thread::sleep(POLL);
+            continue;
+        }
+        match attempt(store, &t) {
+            Ok(_) | Err(Error::Conflict(_)) => continue,
+            Err(e) => match tasks.newest(id)? {
+                Some(now) if now.state.is_final() => return Ok(outcome(&now)),
+                _ => return Err(e),
+            },
+        }
+    }
+}
+
+/// Why nobody may start an attempt on `t` now, if so.
+fn busy(tasks: &Tasks, t: &TaskRecord) -> Result<Option<String>> {
+    if t.state.is_claimed() && tasks.owner_alive(t)? {
+        return Ok(Some(format!(
+            "task is being worked on: task=`{}` attempt={} state={}",
+            t.id,
+            t.attempt,
+            t.state.label()
+        )));
+    }
+    let now = crate::token::now_ns();
+    match t.retry_at_ns {
+        Some(at) if t.state == TaskState::RetryWait && at > now => Ok(Some(format!(
+            "task waits to retry: task=`{}` attempt={} in_ms={} last_error={}",
+            t.id,
+            t.attempt,
+            (at - now) / 1_000_000,
+            t.last_error.as_deref().unwrap_or("-")
+        ))),
+        _ => Ok(None),
+    }
+}
+
+/// One attempt: claim `t` (taking over a dead attempt), run it, and record
+/// how it ended. Returns the last record written.
+fn attempt(store: &Store, t: &TaskRecord) -> Result<TaskRecord> {
+    let tasks = Tasks::new(store);
+    if t.attempt >= MAX_ATTEMPTS {
+        let mut failed = t.next(TaskState::Failed);
+        failed.owner = None;
+        tasks.put(&failed)?;
+        return Ok(failed);
+    }
+    let token = crate::token::new_token();
+    let holder = format!("materialize pid={} task={}", std::process::id(), t.id);
+    let staging = Staging::create(store, &token, &holder)?;
+    remove_dead_staging(store, t)?;
+    let mut claimed = t.next(TaskState::Claimed);
+    claimed.attempt = t.attempt + 1;
+    claimed.owner = Some(token);
+    claimed.progress_rows = 0;
+    tasks.put(&claimed)?;
+    store.failpoints().hit(Step::TaskClaimed)?;
+    match run(store, &claimed, &staging) {
+        Ok(done) => Ok(done),
+        Err(e) => Err(record_failure(&tasks, &claimed, e)),
+    }
+}
+
+/// Record why an attempt failed; returns the error for the caller.
+fn record_failure(tasks: &Tasks, claimed: &TaskRecord, e: Error) -> Error {
+    let Ok(Some(newest)) = tasks.newest(&claimed.id) else {
+        return e;
+    };
+    if newest.owner != claimed.owner || newest.state.is_final() {
+        return e;
+    }
+    let state = match (e.is_not_found(), claimed.attempt >= MAX_ATTEMPTS) {
+        (true, _) => TaskState::SourceRetired,
+        (_, true) => TaskState::Failed,
+        _ => TaskState::RetryWait,
+    };
+    let mut next = newest.next(state);
+    next.owner = None;
+    next.last_error = Some(crate::cli_chain(&e));
+    let delay = TaskRecord::backoff(claimed.attempt);
+    next.retry_at_ns = Some(next.written_ns + delay.as_nanos() as i64);
+    match tasks.put(&next) {
+        Ok(()) => e,
+        Err(put) => Error::Internal(format!(
+            "{}; and recording the failure failed: {}",
+            crate::cli_chain(&e),
+            crate::cli_chain(&put)
+        )),
+    }
+}
+
+/// Remove the staging of the attempt that owned `t`, if that owner is dead.
+fn remove_dead_staging(store: &Store, t: &TaskRecord) -> Result<()> {
+    let Some(token) = &t.owner else {
+        return Ok(());
+    };
+    if Tasks::new(store).owner_alive(t)? {
+        return Err(Error::Conflict(format!(
+            "task is being worked on: task=`{}`",
+            t.id
+        )));
+    }
+    store.storage().delete_dir(&format!("staging/{token}"))?;
+    store.storage().delete(&keys::staging_owner(token))
+}
+
+/// The claimed attempt from protection to PUBLISHED.
+fn run(store: &Store, claimed: &TaskRecord, staging: &Staging) -> Result<TaskRecord> {
+    let tasks = Tasks::new(store);
+    let fp = store.failpoints();
+    let index = GenIndex::new(store, &claimed.set);
+    let generation = claimed.target.generation;
+    let source = &claimed.sources[claimed.sources.len() - 1].manifest;
+    if let Some(done) = already_published(&tasks, &index, claimed)? {
+        return Ok(done);
+    }
+    let holder = format!("materialize task={}", claimed.id);
+    let view = GenView::open(store, &claimed.set, Some(generation), &holder)?;
+    check_sources(claimed, &view)?;
+    let (output, rows) = match &claimed.output {
+        Some(m) => (m.clone(), verify_output(store, m, &view)?),
+        None => fold(store, claimed, &view, staging)?,
+    };
+    let mut ready = claimed.next(TaskState::OutputReady);
+    ready.output = Some(output.clone());
+    ready.progress_rows = rows;
+    tasks.put(&ready)?;
+    fp.hit(Step::OutputReady)?;
+    let publishing = ready.next(TaskState::Publishing);
+    tasks.put(&publishing)?;
+    let rep = RepRecord {
+        kind: RepKind::Base,
+        manifest: output.clone(),
+        base: None,
+        state: State::Prepared,
+    };
+    let prepared = index.prepare_rep(generation, source, rep, &claimed.id)?;
+    fp.hit(Step::RepPrepared)?;
+    index.commit_rep(&prepared, &output)?;
+    fp.hit(Step::RepCommitted)?;
+    drop(view);
+    fp.hit(Step::ProtectionTransferred)?;
+    finish(&tasks, &index, &publishing)
+}
+
+/// After the committed record is re-read: PUBLISHED.
+fn finish(tasks: &Tasks, index: &GenIndex, last: &TaskRecord) -> Result<TaskRecord> {
+    let output = last.output.as_deref().unwrap_or_default();
+    let now = index.load(last.target.generation)?;
+    if now.read_rep().map(|r| r.manifest.as_str()) != Some(output) {
+        return Err(Error::Conflict(format!(
+            "the committed record does not select the output: task=`{}`",
+            last.id
+        )));
+    }
+    let mut done = last.next(TaskState::Published);
+    done.owner = None;
+    tasks.put(&done)?;
+    Ok(done)
+}
+
+/// A takeover of an attempt that died after PREPARED or COMMITTED finishes
+/// its publication instead of folding again.
+fn already_published(
+    tasks: &Tasks,
+    index: &GenIndex,
+    claimed: &TaskRecord,
+) -> Result<Option<TaskRecord>> {
+    let Some(output) = &claimed.output else {
+        return Ok(None);
+    };
+    let now = index.load(claimed.target.generation)?;
+    let rep = now.representations.iter().find(|r| &r.manifest == output);
+    match rep.map(|r| r.state) {
+        Some(State::Committed) => finish(tasks, index, claimed).map(Some),
+        Some(State::Prepared) if now.owner == claimed.id => {
+            index.commit_rep(&now, output)?;
+            finish(tasks, index, claimed).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The pinned view must read exactly the planned sources.
+fn check_sources(t: &TaskRecord, view: &GenView) -> Result<()> {
+    let reps: Vec<&Representation> = std::iter::once(&view.base).chain(&view.delta).collect();
+    let same = reps.len() == t.sources.len()
+        && reps.iter().zip(&t.sources).all(|(r, s)| {
+            r.manifest_name == s.manifest
+                && r.manifest.identity == s.identity
+                && r.manifest
+                    .segments
+                    .iter()
+                    .map(|x| &x.name)
+                    .eq(s.segments.iter())
+                && r.manifest.packs.iter().map(|x| &x.name).eq(s.packs.iter())
+        });
+    if !same {
+        return Err(Error::NotFound {
+            what: "planned source representation",
+            name: format!("{}@{}", t.set, t.target.generation),
+        });
+    }
+    Ok(())
+}
+
+/// What the fold learns besides the rows it writes.
+#[derive(Default)]
+struct Folded {
+    counts: Counts,
+    packs: BTreeMap<String, ()>,
+    blobs: BTreeMap<String, u64>,
+}
+
+impl Folded {
+    fn add(&mut self, r: &Row) {
+        self.counts.rows += 1;
+        match r.kind {
+            Kind::File => {
+                self.counts.files += 1;
+                self.counts.bytes += r.size;
+            }
+            Kind::Dir => self.counts.dirs += 1,
+            Kind::Symlink => self.counts.symlinks += 1,
+            Kind::Tombstone => {}
+        }
+        match (r.blob, r.digest) {
+            (BlobLoc::Packed { pack, .. }, _) => {
+                self.packs.insert(hex::encode(pack), ());
+            }
+            (BlobLoc::Standalone, Some(d)) => {
+                self.blobs.insert(hex::encode(d), r.size);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Fold the view into a base in staging, move it to its final names and
+/// verify it; returns the manifest name and the rows written.
+fn fold(store: &Store, t: &TaskRecord, view: &GenView, staging: &Staging) -> Result<(String, u64)> {
+    let dir = staging.dir.join("segments");
+    crate::storage::ensure_local_dir(&dir)?;
+    let mut writer = SegmentWriter::new(&dir);
+    let mut hasher = IdentityHasher::new();
+    let mut folded = Folded::default();
+    let mut rows = view.rows()?;
+    while let Some(r) = rows.next_row()? {
+        hasher.push(&r);
+        folded.add(&r);
+        writer.push(r)?;
+    }
+    let files = writer.finish()?;
+    store.failpoints().hit(Step::Folded)?;
+    let identity = hasher.finish();
+    if identity != view.pin.record.identity {
+        return Err(Error::corrupt(
+            "materialized rows",
+            &t.id,
+            "identity differs from the generation's",
+        ));
+    }
+    let segments = crate::publish::move_segments(store, &files)?;
+    let manifest = base_manifest(store, view, folded, segments, identity)?;
+    let (bytes, name) = manifest.encode()?;
+    store
+        .storage()
+        .put_if_absent(&keys::manifest(&name), &bytes)?;
+    let rows = verify_output(store, &name, view)?;
+    Ok((name, rows))
+}
+
+fn base_manifest(
+    store: &Store,
+    view: &GenView,
+    folded: Folded,
+    segments: Vec<crate::format::manifest::SegmentRef>,
+    identity: String,
+) -> Result<Manifest> {
+    let top = &view.top().manifest;
+    let mut packs = Vec::with_capacity(folded.packs.len());
+    for name in folded.packs.keys() {
+        let size = store
+            .storage()
+            .size(&keys::pack(name))?
+            .ok_or_else(|| Error::NotFound {
+                what: "pack",
+                name: name.clone(),
+            })?;
+        packs.push(FileRef {
+            name: name.clone(),
+            size,
+        });
+    }
+    let blobs = folded
+        .blobs
+        .into_iter()
+        .map(|(name, size)| FileRef { name, size })
+        .collect();
+    Ok(Manifest {
+        tag: MANIFEST_TAG.into(),
+        version: MANIFEST_VERSION,
+        set: top.set.clone(),
+        generation: top.generation,
+        representation: RepKind::Base,
+        base: None,
+        parent: top.parent.clone(),
+        identity,
+        counts: folded.counts,
+        segments,
+        packs,
+        blobs,
+        created_ns: crate::token::now_ns(),
+        observed_ns: top.observed_ns,
+        message: top.message.clone(),
+        journal: None,
+    })
+}
+
+/// Re-read an output representation: the manifest and every segment parse
+/// and match their digests, rows ascend strictly, and the recomputed
+/// identity and counts equal the generation's. Returns the row count.
+fn verify_output(store: &Store, manifest: &str, view: &GenView) -> Result<u64> {
+    let rep = Representation::open(store, manifest)?;
+    let bad = |check: &str| Error::corrupt("materialized base", manifest, check.to_string());
+    if rep.kind() != RepKind::Base || rep.manifest.generation != view.generation() {
+        return Err(bad("not a base of this generation"));
+    }
+    let mut hasher = IdentityHasher::new();
+    let mut cursor = rep.rows()?;
+    let mut prev: Option<Row> = None;
+    let mut n = 0u64;
+    while let Some(r) = cursor.next_row()? {
+        if prev.as_ref().is_some_and(|p| p.key_cmp(&r).is_ge()) {
+            return Err(bad("rows out of key order"));
+        }
+        hasher.push(&r);
+        n += 1;
+        prev = Some(r);
+    }
+    if hasher.finish() != view.pin.record.identity || n != rep.manifest.counts.rows {
+        return Err(bad("identity or row count differs"));
+    }
+    Ok(n)
+}
