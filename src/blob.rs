@@ -70,25 +70,7 @@ pub fn read(store: &Store, row: &Row) -> Result<Vec<u8>> {
             crate::row::show(&row.path()),
             "non-empty file without blob",
         )),
-        BlobLoc::Packed {
-            pack,
-            offset,
-            len,
-            codec,
-        } => {
-            let name = hex::encode(pack);
-            if row.size >= crate::commit::STANDALONE_MIN || len > row.size {
-                return Err(Error::corrupt(
-                    "row",
-                    &name,
-                    format!("packed frame out of bounds: len={len} size={}", row.size),
-                ));
-            }
-            let frame = store.storage().get_range(&keys::pack(&name), offset, len)?;
-            let bytes = decode_frame(codec, frame, row.size, &name)?;
-            check_digest(row, &bytes, &name)?;
-            Ok(bytes)
-        }
+        BlobLoc::Packed { .. } => packed(store, row),
         BlobLoc::Standalone => {
             let name = hex::encode(row.digest.unwrap_or_default());
             let bytes = store
@@ -101,6 +83,45 @@ pub fn read(store: &Store, row: &Row) -> Result<Vec<u8>> {
             Ok(bytes)
         }
     }
+}
+
+/// The stored frame of a packed file (unverified), its codec and pack name.
+fn fetch_frame(store: &Store, row: &Row) -> Result<(Vec<u8>, Codec, String)> {
+    let BlobLoc::Packed {
+        pack,
+        offset,
+        len,
+        codec,
+    } = row.blob
+    else {
+        return Err(Error::Invalid("not a packed file".into()));
+    };
+    let name = hex::encode(pack);
+    if row.size >= crate::commit::STANDALONE_MIN || len > row.size {
+        return Err(Error::corrupt(
+            "row",
+            &name,
+            format!("packed frame out of bounds: len={len} size={}", row.size),
+        ));
+    }
+    let frame = store.storage().get_range(&keys::pack(&name), offset, len)?;
+    Ok((frame, codec, name))
+}
+
+fn packed(store: &Store, row: &Row) -> Result<Vec<u8>> {
+    let (frame, codec, name) = fetch_frame(store, row)?;
+    let bytes = decode_frame(codec, frame, row.size, &name)?;
+    check_digest(row, &bytes, &name)?;
+    Ok(bytes)
+}
+
+/// The stored frame of a packed file, verified against the row's digest
+/// (for copying it into another pack unchanged).
+pub fn packed_frame(store: &Store, row: &Row) -> Result<Vec<u8>> {
+    let (frame, codec, name) = fetch_frame(store, row)?;
+    let bytes = decode_frame(codec, frame.clone(), row.size, &name)?;
+    check_digest(row, &bytes, &name)?;
+    Ok(frame)
 }
 
 /// Write a file's verified content to `out`. Large standalone blobs are

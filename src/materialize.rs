@@ -14,6 +14,12 @@
 //! COMMITTED representation (readers switch; the replaced one is RETIRED and
 //! stays readable for its pins) → release the task's pins → PUBLISHED.
 //!
+//! Packs whose live bytes in the generation are under [`REPACK_BELOW`] of
+//! their size are rewritten on the way: their live frames are copied
+//! (verified) into new packs before the fold, and the folded rows point at
+//! the copies, so the old packs become unreachable once older
+//! representations are retired.
+//!
 //! A failed attempt records RETRY_WAIT with backoff (FAILED after
 //! [`MAX_ATTEMPTS`]); a dead attempt (lease unheld) is taken over with
 //! attempt + 1, its staging removed. A takeover after OUTPUT_READY reuses the
@@ -24,6 +30,7 @@ use crate::compose::{GenView, Representation};
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
 use crate::format::manifest::{Counts, FileRef, Manifest, RepKind, MANIFEST_TAG, MANIFEST_VERSION};
+use crate::format::pack::{PackWriter, PACK_TARGET_BYTES};
 use crate::format::record::{IndexRecord, RepRecord, State};
 use crate::format::segment::SegmentWriter;
 use crate::identity::IdentityHasher;
@@ -34,7 +41,7 @@ use crate::task::{
     Bounds, SourceRep, Target, TaskRecord, TaskState, Tasks, MAX_ATTEMPTS, TASK_TAG, TASK_VERSION,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 /// Memory the fold may use (recorded in the plan; the fold itself holds one
@@ -42,6 +49,13 @@ use std::time::Duration;
 const FOLD_BUDGET: u64 = 64 << 20;
 /// How often a waiting caller re-reads a task someone else works on.
 const POLL: Duration = Duration::from_millis(200);
+/// Packs with less than this fraction of their bytes live are rewritten.
+pub const REPACK_BELOW: f64 = 0.5;
+/// Blobs relocated per task at most (bounds the relocation map).
+const REPACK_MAX_BLOBS: usize = 500_000;
+
+/// Where repacked blobs now live, by digest.
+type Relocated = HashMap<[u8; 32], BlobLoc>;
 
 /// What to materialize.
 #[derive(Debug, Clone)]
@@ -463,13 +477,17 @@ impl Folded {
 /// Fold the view into a base in staging, move it to its final names and
 /// verify it; returns the manifest name and the rows written.
 fn fold(store: &Store, t: &TaskRecord, view: &GenView, staging: &Staging) -> Result<(String, u64)> {
+    let relocated = repack(store, view, staging)?;
     let dir = staging.dir.join("segments");
     crate::storage::ensure_local_dir(&dir)?;
     let mut writer = SegmentWriter::new(&dir);
     let mut hasher = IdentityHasher::new();
     let mut folded = Folded::default();
     let mut rows = view.rows()?;
-    while let Some(r) = rows.next_row()? {
+    while let Some(mut r) = rows.next_row()? {
+        if let Some(loc) = r.digest.and_then(|d| relocated.get(&d)) {
+            r.blob = *loc;
+        }
         hasher.push(&r);
         folded.add(&r);
         writer.push(r)?;
@@ -492,6 +510,141 @@ fn fold(store: &Store, t: &TaskRecord, view: &GenView, staging: &Staging) -> Res
         .put_if_absent(&keys::manifest(&name), &bytes)?;
     let rows = verify_output(store, &name, view)?;
     Ok((name, rows))
+}
+
+/// Live stored bytes per pack in the generation, and each pack's size.
+fn pack_liveness(view: &GenView) -> Result<Vec<([u8; 32], u64, u64)>> {
+    let mut live: HashMap<[u8; 32], u64> = HashMap::new();
+    let mut seen = HashSet::new();
+    let mut rows = view.rows()?;
+    while let Some(r) = rows.next_row()? {
+        if let (BlobLoc::Packed { pack, len, .. }, Some(d)) = (r.blob, r.digest) {
+            if seen.insert(d) {
+                *live.entry(pack).or_default() += len;
+            }
+        }
+    }
+    let sizes = std::iter::once(&view.base)
+        .chain(&view.delta)
+        .flat_map(|rep| rep.manifest.packs.iter());
+    let mut out = Vec::new();
+    let mut listed = HashSet::new();
+    for p in sizes {
+        let Ok(bytes) = hex::decode(&p.name) else {
+            continue;
+        };
+        let Ok(name) = <[u8; 32]>::try_from(bytes) else {
+            continue;
+        };
+        if listed.insert(name) {
+            out.push((name, live.get(&name).copied().unwrap_or(0), p.size));
+        }
+    }
+    Ok(out)
+}
+
+/// Copy the live frames of mostly dead packs into new packs (verified on
+/// the way) and say where each relocated blob now lives.
+fn repack(store: &Store, view: &GenView, staging: &Staging) -> Result<Relocated> {
+    let low: HashSet<[u8; 32]> = pack_liveness(view)?
+        .into_iter()
+        .filter(|(_, live, size)| *live > 0 && (*live as f64) < REPACK_BELOW * *size as f64)
+        .map(|(name, _, _)| name)
+        .collect();
+    let mut relocated = Relocated::new();
+    if low.is_empty() {
+        return Ok(relocated);
+    }
+    let mut out = Repacker::new(staging.dir.join("repack"))?;
+    let mut rows = view.rows()?;
+    while let Some(r) = rows.next_row()? {
+        let (BlobLoc::Packed { pack, codec, .. }, Some(d)) = (r.blob, r.digest) else {
+            continue;
+        };
+        if !low.contains(&pack) || out.has(&d) || out.count() >= REPACK_MAX_BLOBS {
+            continue;
+        }
+        let frame = crate::blob::packed_frame(store, &r)?;
+        out.append(store, d, codec, r.size, &frame)?;
+    }
+    out.finish(store, &mut relocated)?;
+    Ok(relocated)
+}
+
+/// New packs being filled with relocated frames.
+struct Repacker {
+    dir: std::path::PathBuf,
+    pack: Option<PackWriter>,
+    /// Frames in the open pack: digest, offset, stored length, codec.
+    pending: Vec<([u8; 32], u64, u64, crate::row::Codec)>,
+    sealed: Relocated,
+}
+
+impl Repacker {
+    fn new(dir: std::path::PathBuf) -> Result<Repacker> {
+        crate::storage::ensure_local_dir(&dir)?;
+        Ok(Repacker {
+            dir,
+            pack: None,
+            pending: Vec::new(),
+            sealed: Relocated::new(),
+        })
+    }
+
+    fn has(&self, d: &[u8; 32]) -> bool {
+        self.sealed.contains_key(d) || self.pending.iter().any(|p| &p.0 == d)
+    }
+
+    fn count(&self) -> usize {
+        self.sealed.len() + self.pending.len()
+    }
+
+    fn append(
+        &mut self,
+        store: &Store,
+        d: [u8; 32],
+        codec: crate::row::Codec,
+        raw_len: u64,
+        frame: &[u8],
+    ) -> Result<()> {
+        if self.pack.is_none() {
+            self.pack = Some(PackWriter::create(&self.dir)?);
+        }
+        let pack = self.pack.as_mut().expect("created above");
+        let offset = pack.append(d, codec, raw_len, frame)?;
+        self.pending.push((d, offset, frame.len() as u64, codec));
+        if pack.len() >= PACK_TARGET_BYTES {
+            self.seal(store)?;
+        }
+        Ok(())
+    }
+
+    /// Seal the open pack into its final name and record its frames.
+    fn seal(&mut self, store: &Store) -> Result<()> {
+        let Some(pack) = self.pack.take() else {
+            return Ok(());
+        };
+        let sealed = pack.seal()?;
+        store
+            .storage()
+            .put_file_if_absent(&keys::pack(&sealed.name), &sealed.path)?;
+        for (d, offset, len, codec) in self.pending.drain(..) {
+            let loc = BlobLoc::Packed {
+                pack: sealed.digest,
+                offset,
+                len,
+                codec,
+            };
+            self.sealed.insert(d, loc);
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, store: &Store, into: &mut Relocated) -> Result<()> {
+        self.seal(store)?;
+        into.extend(self.sealed);
+        Ok(())
+    }
 }
 
 fn base_manifest(

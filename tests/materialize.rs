@@ -266,3 +266,38 @@ fn a_source_swept_before_protection_retires_the_task() {
     assert_eq!(again.status.code(), Some(1), "never retried forever");
     assert_eq!(staging_entries(&st), 0);
 }
+
+#[test]
+fn mostly_dead_packs_are_rewritten_and_dropped_from_the_new_base() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    for i in 0..100 {
+        write(&src, &format!("f{i:03}"), &noise(i, 2000));
+    }
+    let store = new_store(&st);
+    commit_dir(&store, "s", &src);
+    let first = GenView::open(&store, "s", Some(1), "t").unwrap();
+    let old_packs: Vec<String> = first
+        .base
+        .manifest
+        .packs
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
+    drop(first);
+    for i in 0..80 {
+        write(&src, &format!("f{i:03}"), &noise(i + 500, 2000));
+    }
+    commit_dir(&store, "s", &src);
+    let before = snapshot_gen(&store, "s", Some(2));
+    ok(&strata(&st, &["materialize", "--set", "s"], None));
+    let view = GenView::open(&store, "s", Some(2), "t").unwrap();
+    assert_eq!(view.top().kind(), RepKind::Base);
+    let packs: Vec<&String> = view.base.manifest.packs.iter().map(|p| &p.name).collect();
+    for old in &old_packs {
+        assert!(!packs.contains(&old), "pack {old} (20% live) was rewritten");
+    }
+    assert_eq!(snapshot_gen(&store, "s", Some(2)), before);
+    assert_eq!(snapshot_dir(&src), before);
+    verify_all(&st);
+}
