@@ -514,6 +514,10 @@ fn fold(store: &Store, t: &TaskRecord, view: &GenView, staging: &Staging) -> Res
 
 /// Live stored bytes per pack in the generation, and each pack's size.
 fn pack_liveness(view: &GenView) -> Result<Vec<([u8; 32], u64, u64)>> {
+    let reps = || std::iter::once(&view.base).chain(&view.delta);
+    if reps().all(|rep| rep.manifest.packs.is_empty()) {
+        return Ok(Vec::new());
+    }
     let mut live: HashMap<[u8; 32], u64> = HashMap::new();
     let mut seen = HashSet::new();
     let mut rows = view.rows()?;
@@ -524,9 +528,7 @@ fn pack_liveness(view: &GenView) -> Result<Vec<([u8; 32], u64, u64)>> {
             }
         }
     }
-    let sizes = std::iter::once(&view.base)
-        .chain(&view.delta)
-        .flat_map(|rep| rep.manifest.packs.iter());
+    let sizes = reps().flat_map(|rep| rep.manifest.packs.iter());
     let mut out = Vec::new();
     let mut listed = HashSet::new();
     for p in sizes {

@@ -248,6 +248,32 @@ impl Tasks {
         ))
     }
 
+    /// Cancel task `id`: a CANCELLED record, unless the task is final or an
+    /// attempt is working on it (its lease is held). Nothing readers see
+    /// changes; the record keeps the last error and attempt.
+    pub fn cancel(&self, id: &str) -> Result<TaskRecord> {
+        let t = self.newest(id)?.ok_or_else(|| Error::NotFound {
+            what: "task",
+            name: id.to_string(),
+        })?;
+        if t.state.is_final() {
+            return Err(Error::Conflict(format!(
+                "task already ended: task=`{id}` state={}",
+                t.state.label()
+            )));
+        }
+        if t.state.is_claimed() && self.owner_alive(&t)? {
+            return Err(Error::Conflict(format!(
+                "an attempt is working on the task; retry when it ends: task=`{id}` attempt={}",
+                t.attempt
+            )));
+        }
+        let mut cancelled = t.next(TaskState::Cancelled);
+        cancelled.owner = None;
+        self.put(&cancelled)?;
+        Ok(cancelled)
+    }
+
     /// Newest record of every task, by id.
     pub fn list(&self) -> Result<Vec<TaskRecord>> {
         let mut out = Vec::new();

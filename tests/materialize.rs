@@ -265,6 +265,28 @@ fn a_source_swept_before_protection_retires_the_task() {
     let again = strata(&st, &["materialize", "--set", "s", "--json"], None);
     assert_eq!(again.status.code(), Some(1), "never retried forever");
     assert_eq!(staging_entries(&st), 0);
+    let id = task["id"].as_str().unwrap();
+    let ended = strata(&st, &["tasks", "--cancel", id], None);
+    assert_eq!(
+        ended.status.code(),
+        Some(4),
+        "a final task is not cancelled"
+    );
+}
+
+#[test]
+fn a_cancelled_task_changes_nothing_and_is_not_run() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st) = delta_store(t.path());
+    ok(&strata(&st, &["materialize", "--set", "s", "--plan"], None));
+    let id = task_json(&st)["id"].as_str().unwrap().to_string();
+    ok(&strata(&st, &["tasks", "--cancel", &id], None));
+    assert_eq!(task_json(&st)["state"], "CANCELLED");
+    let out = strata(&st, &["materialize", "--set", "s", "--json"], None);
+    let v: serde_json::Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(v["state"], "CANCELLED");
+    assert_eq!(representation(&st, 2), RepKind::Delta);
+    verify_all(&st);
 }
 
 #[test]

@@ -65,7 +65,7 @@ enum Cmd {
     /// Fold a generation's delta into a new base (a durable, resumable task)
     Materialize(MaterializeArgs),
     /// List materialization tasks with state, attempt, owner, progress, last error
-    Tasks(JsonArg),
+    Tasks(TasksArgs),
     /// Status of the store's mount daemons (through their control sockets)
     Status(JsonArg),
     /// Mount every generation read-only at MOUNTPOINT (starts strata-mountd)
@@ -143,6 +143,15 @@ struct MaterializeArgs {
     /// Run in this process even when a mount daemon of the store runs
     #[arg(long)]
     in_process: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct TasksArgs {
+    /// Cancel this task (refused while an attempt works on it)
+    #[arg(long, value_name = "ID")]
+    cancel: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -755,7 +764,12 @@ fn cmd_materialize(store: &Store, root: &std::path::Path, a: MaterializeArgs) ->
     Ok(code)
 }
 
-fn tasks(store: &Store, a: JsonArg) -> Result<i32> {
+fn tasks(store: &Store, a: TasksArgs) -> Result<i32> {
+    if let Some(id) = &a.cancel {
+        let t = strata::task::Tasks::new(store).cancel(id)?;
+        println!("task {id} {} (attempt {})", t.state.label(), t.attempt);
+        return Ok(0);
+    }
     let tasks = strata::task::Tasks::new(store).list()?;
     if a.json {
         return print_json(&tasks);
