@@ -24,7 +24,8 @@ use std::time::Duration;
 /// 1: initial layout.
 pub const TASK_VERSION: u32 = 1;
 pub const TASK_TAG: &str = "strata-task";
-const MAX_TASK_BYTES: u64 = 1 << 20;
+/// Like manifests: a task lists every segment and pack of its sources.
+const MAX_TASK_BYTES: u64 = 64 << 20;
 /// Attempts before a task is FAILED.
 pub const MAX_ATTEMPTS: u32 = 5;
 /// First retry delay; doubled per attempt up to [`MAX_BACKOFF`].

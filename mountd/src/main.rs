@@ -222,6 +222,21 @@ pub(crate) fn umount(mountpoint: &Path, flags: i32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Tell the kernel what changed about a set's latest: a new generation
+/// moves the `latest` symlink; a new representation of the same generation
+/// (materialized) drops the cached `gens/<N>` entry, so new path walks look
+/// it up again and get the new view (users of the old one keep it).
+fn announce(notifier: &Notifier, set: &str, prev: &(u64, String), now: &(u64, String)) {
+    if prev.0 != now.0 {
+        let ino = node::ino_of(&node::Node::Latest(set.to_string()));
+        let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+    } else if prev.1 != now.1 {
+        let gens = node::ino_of(&node::Node::Gens(set.to_string()));
+        let name = now.0.to_string();
+        let _ = notifier.inval_entry(INodeNo(gens), std::ffi::OsStr::new(&name));
+    }
+}
+
 /// Re-read and pin each set's latest generation every [`REFRESH_EVERY`]
 /// until the returned sender is dropped; join the handle to release it.
 /// When a set's latest moves, the kernel's cached `latest` symlink is
@@ -236,7 +251,8 @@ fn spawn_refresher(
 ) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let (stop, stopped) = mpsc::channel::<()>();
     let handle = std::thread::spawn(move || {
-        let mut seen: HashMap<String, u64> = HashMap::new();
+        // Per set: the latest generation and the manifest it reads.
+        let mut seen: HashMap<String, (u64, String)> = HashMap::new();
         loop {
             let sets = if only.is_empty() {
                 gens.store().sets().unwrap_or_default()
@@ -247,12 +263,9 @@ fn spawn_refresher(
                 match gens.refresh(s) {
                     Ok(Some(g)) => {
                         materializer.consider(&g);
-                        if seen
-                            .insert(s.clone(), g.generation)
-                            .is_some_and(|prev| prev != g.generation)
-                        {
-                            let ino = node::ino_of(&node::Node::Latest(s.clone()));
-                            let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+                        let now = (g.generation, g.view.top().manifest_name.clone());
+                        if let Some(prev) = seen.insert(s.clone(), now.clone()) {
+                            announce(&notifier, s, &prev, &now);
                         }
                     }
                     Ok(None) => {}

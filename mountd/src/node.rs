@@ -11,8 +11,9 @@
 //! Synthetic nodes (sets, `latest`, `gens`, `tags`, the generation roots)
 //! are few; their numbers are hashed from what they are and they live in a
 //! small table, also counted by lookups. A generation root looked up by name
-//! holds its generation; one only listed by readdirplus does not (it is
-//! handed out with a zero entry TTL, so the kernel looks it up, and so pins
+//! holds its generation and has its own number per representation; one only
+//! listed by readdirplus holds nothing and has another number (it is handed
+//! out with a zero entry TTL, so the kernel looks the name up, and so pins
 //! it, before anything resolves through it).
 
 use crate::gen::Gen;
@@ -67,9 +68,16 @@ impl Node {
             Node::Gens(s) => key(3, s, 0, b""),
             Node::Tags(s) => key(5, s, 0, b""),
             Node::Tag(s, t, g) => key(6, s, *g, t.as_bytes()),
+            // A looked-up root is per representation: after a
+            // materialization the new view gets a new inode.
             Node::GenRoot {
-                set, generation, ..
-            } => key(7, set, *generation, b""),
+                set,
+                generation,
+                gen,
+            } => {
+                let rep = gen.as_ref().map(|g| g.view.top().manifest_name.as_bytes());
+                key(7, set, *generation, rep.unwrap_or_default())
+            }
             Node::Entry { gen, row, .. } => key(4, &gen.set, gen.generation, &row.path()),
         }
     }
@@ -225,7 +233,6 @@ impl Inodes {
         if let Some(&ino) = self.by_key.get(&key) {
             if let Some(s) = self.synthetic.get_mut(&ino) {
                 s.lookups += 1;
-                adopt_generation(&mut s.node, node);
                 return ino;
             }
         }
@@ -271,15 +278,5 @@ impl Inodes {
     pub(crate) fn len(&self) -> u64 {
         let entries: u64 = self.slots.iter().map(|s| s.lookups).sum();
         self.synthetic.len() as u64 + entries
-    }
-}
-
-/// A generation root looked up by name brings its open generation; keep it
-/// (the root then pins its generation until forgotten).
-fn adopt_generation(held: &mut Node, new: Node) {
-    if let (Node::GenRoot { gen: held_gen, .. }, Node::GenRoot { gen: Some(g), .. }) = (held, new) {
-        if held_gen.is_none() {
-            *held_gen = Some(g);
-        }
     }
 }

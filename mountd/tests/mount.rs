@@ -885,6 +885,14 @@ fn readers_keep_working_through_materialization() {
     assert!(counted.status.success(), "the cwd in the generation");
     assert_eq!(String::from_utf8_lossy(&counted.stdout).trim(), "1400");
     diff_r(&src, &gen2);
+    // Once the reader lets go, the daemon serves the new base only: the old
+    // delta is no longer pinned by anyone.
+    drop(open);
+    wait_for("the old representation released", || {
+        fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+        let pins = strata::pin::list(&store).unwrap();
+        pins.iter().all(|p| p.representation == "base")
+    });
 }
 
 #[test]
