@@ -480,7 +480,7 @@ fn fold(store: &Store, t: &TaskRecord, view: &GenView, staging: &Staging) -> Res
     let relocated = repack(store, view, staging)?;
     let dir = staging.dir.join("segments");
     crate::storage::ensure_local_dir(&dir)?;
-    let mut writer = SegmentWriter::new(&dir);
+    let mut writer = SegmentWriter::new(&dir)?;
     let mut hasher = IdentityHasher::new();
     let mut folded = Folded::default();
     let mut rows = view.rows()?;

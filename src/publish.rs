@@ -351,7 +351,7 @@ fn merge(input: &PublishInput<'_>, kind: RepKind, journal: crate::spill::Sorted)
     crate::storage::ensure_local_dir(&seg_dir)?;
     let mut st = MergeState {
         kind,
-        writer: SegmentWriter::new(&seg_dir),
+        writer: SegmentWriter::new(&seg_dir)?,
         stats: ChangeStats::default(),
         hasher: IdentityHasher::new(),
         counts: Counts::default(),

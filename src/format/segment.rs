@@ -33,7 +33,9 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 
 /// Segment format version (see docs/FORMAT.md, "Segment").
 /// 1: initial layout. 2: `uid` and `gid` columns appended (a version 1
@@ -133,24 +135,38 @@ struct OpenSegment {
     last: (Vec<u8>, Vec<u8>),
 }
 
-/// Streams rows (already in key order) into one or more segment files in `dir`.
+/// Streams rows (already in key order) into one or more segment files in
+/// `dir`. Rows are grouped here; each group is encoded and written by a
+/// writer thread, so encoding overlaps with whatever produces the rows. At
+/// most [`GROUPS_IN_FLIGHT`] groups wait for that thread.
 pub struct SegmentWriter {
-    dir: PathBuf,
     buf: Vec<Row>,
-    open: Option<OpenSegment>,
-    done: Vec<SegmentFile>,
     last_key: Option<(Vec<u8>, Vec<u8>)>,
+    tx: Option<SyncSender<Vec<Row>>>,
+    worker: Option<JoinHandle<Result<Vec<SegmentFile>>>>,
 }
 
+/// Groups queued for the writer thread.
+const GROUPS_IN_FLIGHT: usize = 2;
+
 impl SegmentWriter {
-    pub fn new(dir: &Path) -> SegmentWriter {
-        SegmentWriter {
+    pub fn new(dir: &Path) -> Result<SegmentWriter> {
+        let (tx, rx) = sync_channel::<Vec<Row>>(GROUPS_IN_FLIGHT);
+        let files = GroupWriter {
             dir: dir.to_path_buf(),
-            buf: Vec::with_capacity(GROUP_ROWS),
             open: None,
             done: Vec::new(),
+        };
+        let worker = std::thread::Builder::new()
+            .name("segment-writer".into())
+            .spawn(move || files.run(rx))
+            .ctx("spawn segment writer", dir)?;
+        Ok(SegmentWriter {
+            buf: Vec::with_capacity(GROUP_ROWS),
             last_key: None,
-        }
+            tx: Some(tx),
+            worker: Some(worker),
+        })
     }
 
     pub fn push(&mut self, row: Row) -> Result<()> {
@@ -165,25 +181,76 @@ impl SegmentWriter {
         self.last_key = Some((row.parent.clone(), row.name.clone()));
         self.buf.push(row);
         if self.buf.len() == GROUP_ROWS {
-            self.flush_group()?;
+            self.send()?;
         }
         Ok(())
     }
 
+    /// Hand the buffered group to the writer thread; if it stopped, its
+    /// error is the answer.
+    fn send(&mut self) -> Result<()> {
+        let rows = std::mem::replace(&mut self.buf, Vec::with_capacity(GROUP_ROWS));
+        let sent = self.tx.as_ref().map(|tx| tx.send(rows).is_ok());
+        if sent == Some(true) {
+            return Ok(());
+        }
+        self.tx = None;
+        self.join()?;
+        Err(Error::Internal("segment writer stopped early".into()))
+    }
+
+    fn join(&mut self) -> Result<Vec<SegmentFile>> {
+        let worker = self
+            .worker
+            .take()
+            .ok_or_else(|| Error::Internal("segment writer already finished".into()))?;
+        worker
+            .join()
+            .map_err(|_| Error::Internal("segment writer panicked".into()))?
+    }
+
     pub fn finish(mut self) -> Result<Vec<SegmentFile>> {
-        self.flush_group()?;
+        if !self.buf.is_empty() {
+            self.send()?;
+        }
+        self.tx = None;
+        self.join()
+    }
+}
+
+impl Drop for SegmentWriter {
+    /// An abandoned writer (an error upstream) stops its thread.
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// The writer thread's state: the open segment file and the finished ones.
+struct GroupWriter {
+    dir: PathBuf,
+    open: Option<OpenSegment>,
+    done: Vec<SegmentFile>,
+}
+
+impl GroupWriter {
+    fn run(mut self, rx: Receiver<Vec<Row>>) -> Result<Vec<SegmentFile>> {
+        for rows in rx {
+            self.flush_group(rows)?;
+        }
         self.close_segment()?;
         Ok(self.done)
     }
 
-    fn flush_group(&mut self) -> Result<()> {
-        if self.buf.is_empty() {
+    fn flush_group(&mut self, rows: Vec<Row>) -> Result<()> {
+        if rows.is_empty() {
             return Ok(());
         }
         if self.open.is_none() {
             self.open = Some(self.open_segment()?);
         }
-        let rows = std::mem::take(&mut self.buf);
         let seg = self.open.as_mut().expect("opened above");
         let first = (rows[0].parent.clone(), rows[0].name.clone());
         let last = rows
@@ -210,7 +277,6 @@ impl SegmentWriter {
         if seg.rows as usize >= SEGMENT_ROWS {
             self.close_segment()?;
         }
-        self.buf = Vec::with_capacity(GROUP_ROWS);
         Ok(())
     }
 
