@@ -54,6 +54,12 @@ pub const REPACK_BELOW: f64 = 0.5;
 /// Blobs relocated per task at most (bounds the relocation map).
 const REPACK_MAX_BLOBS: usize = 500_000;
 
+/// What a missing or changed source is reported as (SOURCE_RETIRED).
+const SOURCE_GONE: &str = "planned source representation";
+/// Tasks planned per generation representation at most (a task that ended
+/// FAILED, CANCELLED or SOURCE_RETIRED is followed by a new one).
+const MAX_PLANS: u32 = 100;
+
 /// Where repacked blobs now live, by digest.
 type Relocated = HashMap<[u8; 32], BlobLoc>;
 
@@ -161,6 +167,40 @@ fn task_id(set: &str, generation: u64, source_manifest: &str) -> String {
     )
 }
 
+fn numbered(first: &str, n: u32) -> String {
+    match n {
+        1 => first.to_string(),
+        n => format!("{first}-r{n}"),
+    }
+}
+
+/// Ended without publishing: a new task may be planned after it.
+fn ended_unpublished(t: &TaskRecord) -> bool {
+    t.state.is_final() && t.state != TaskState::Published
+}
+
+/// The task for a source: a live or published one, or the id a new one gets.
+enum Slot {
+    Existing(Box<TaskRecord>),
+    Free(String),
+}
+
+fn task_slot(tasks: &Tasks, record: &IndexRecord, manifest: &str) -> Result<Slot> {
+    let first = task_id(&record.set, record.generation, manifest);
+    for n in 1..=MAX_PLANS {
+        let id = numbered(&first, n);
+        match tasks.newest(&id)? {
+            None => return Ok(Slot::Free(id)),
+            Some(t) if ended_unpublished(&t) => continue,
+            Some(t) => return Ok(Slot::Existing(Box::new(t))),
+        }
+    }
+    Err(Error::Conflict(format!(
+        "{MAX_PLANS} tasks for this generation ended without publishing: set=`{}` gen={}",
+        record.set, record.generation
+    )))
+}
+
 /// The PLANNED task for `record` (or the existing task for the same target
 /// and source); `None` when the generation already reads from a base.
 fn plan(store: &Store, record: &IndexRecord) -> Result<Option<TaskRecord>> {
@@ -170,11 +210,11 @@ fn plan(store: &Store, record: &IndexRecord) -> Result<Option<TaskRecord>> {
     if rep.kind == RepKind::Base {
         return Ok(None);
     }
-    let id = task_id(&record.set, record.generation, &rep.manifest);
     let tasks = Tasks::new(store);
-    if let Some(t) = tasks.newest(&id)? {
-        return Ok(Some(t));
-    }
+    let id = match task_slot(&tasks, record, &rep.manifest)? {
+        Slot::Existing(t) => return Ok(Some(*t)),
+        Slot::Free(id) => id,
+    };
     let top = Representation::open(store, &rep.manifest)?;
     let base_name = top
         .manifest
@@ -277,7 +317,8 @@ fn busy(tasks: &Tasks, t: &TaskRecord) -> Result<Option<String>> {
 /// how it ended. Returns the last record written.
 fn attempt(store: &Store, t: &TaskRecord) -> Result<TaskRecord> {
     let tasks = Tasks::new(store);
-    if t.attempt >= MAX_ATTEMPTS {
+    if t.attempt >= MAX_ATTEMPTS && !publication_started(store, t)? {
+        remove_dead_staging(store, t)?;
         let mut failed = t.next(TaskState::Failed);
         failed.owner = None;
         tasks.put(&failed)?;
@@ -299,6 +340,16 @@ fn attempt(store: &Store, t: &TaskRecord) -> Result<TaskRecord> {
     }
 }
 
+/// Whether `t`'s output already is in the index (PREPARED or COMMITTED):
+/// then the task is finished rather than failed.
+fn publication_started(store: &Store, t: &TaskRecord) -> Result<bool> {
+    let Some(output) = &t.output else {
+        return Ok(false);
+    };
+    let now = GenIndex::new(store, &t.set).load(t.target.generation)?;
+    Ok(now.representations.iter().any(|r| &r.manifest == output))
+}
+
 /// Record why an attempt failed; returns the error for the caller.
 fn record_failure(tasks: &Tasks, claimed: &TaskRecord, e: Error) -> Error {
     let Ok(Some(newest)) = tasks.newest(&claimed.id) else {
@@ -307,7 +358,8 @@ fn record_failure(tasks: &Tasks, claimed: &TaskRecord, e: Error) -> Error {
     if newest.owner != claimed.owner || newest.state.is_final() {
         return e;
     }
-    let state = match (e.is_not_found(), claimed.attempt >= MAX_ATTEMPTS) {
+    let gone = matches!(&e, Error::NotFound { what, .. } if *what == SOURCE_GONE);
+    let state = match (gone, claimed.attempt >= MAX_ATTEMPTS) {
         (true, _) => TaskState::SourceRetired,
         (_, true) => TaskState::Failed,
         _ => TaskState::RetryWait,
@@ -353,10 +405,21 @@ fn run(store: &Store, claimed: &TaskRecord, staging: &Staging) -> Result<TaskRec
         return Ok(done);
     }
     let holder = format!("materialize task={}", claimed.id);
-    let view = GenView::open(store, &claimed.set, Some(generation), &holder)?;
-    check_sources(claimed, &view)?;
-    let (output, rows) = match &claimed.output {
-        Some(m) => (m.clone(), verify_output(store, m, &view)?),
+    let view =
+        GenView::open(store, &claimed.set, Some(generation), &holder).map_err(|e| {
+            match e.is_not_found() {
+                true => source_gone(claimed),
+                false => e,
+            }
+        })?;
+    check_sources(store, claimed, &view)?;
+    // A recorded output that no longer verifies is folded again.
+    let recorded = claimed
+        .output
+        .as_ref()
+        .and_then(|m| verify_output(store, m, &view).ok().map(|n| (m.clone(), n)));
+    let (output, rows) = match recorded {
+        Some(done) => done,
         None => fold(store, claimed, &view, staging)?,
     };
     let mut ready = claimed.next(TaskState::OutputReady);
@@ -419,8 +482,17 @@ fn already_published(
     }
 }
 
-/// The pinned view must read exactly the planned sources.
-fn check_sources(t: &TaskRecord, view: &GenView) -> Result<()> {
+fn source_gone(t: &TaskRecord) -> Error {
+    Error::NotFound {
+        what: SOURCE_GONE,
+        name: format!("{}@{}", t.set, t.target.generation),
+    }
+}
+
+/// The pinned view must read exactly the planned sources, and every
+/// segment and pack of them must still exist: from here on the pin
+/// protects them.
+fn check_sources(store: &Store, t: &TaskRecord, view: &GenView) -> Result<()> {
     let reps: Vec<&Representation> = std::iter::once(&view.base).chain(&view.delta).collect();
     let same = reps.len() == t.sources.len()
         && reps.iter().zip(&t.sources).all(|(r, s)| {
@@ -434,10 +506,19 @@ fn check_sources(t: &TaskRecord, view: &GenView) -> Result<()> {
                 && r.manifest.packs.iter().map(|x| &x.name).eq(s.packs.iter())
         });
     if !same {
-        return Err(Error::NotFound {
-            what: "planned source representation",
-            name: format!("{}@{}", t.set, t.target.generation),
-        });
+        return Err(source_gone(t));
+    }
+    for s in &t.sources {
+        let keys = s
+            .segments
+            .iter()
+            .map(|n| keys::segment(n))
+            .chain(s.packs.iter().map(|n| keys::pack(n)));
+        for key in keys {
+            if store.storage().size(&key)?.is_none() {
+                return Err(source_gone(t));
+            }
+        }
     }
     Ok(())
 }
@@ -697,14 +778,21 @@ fn base_manifest(
 }
 
 /// Re-read an output representation: the manifest and every segment parse
-/// and match their digests, rows ascend strictly, and the recomputed
-/// identity and counts equal the generation's. Returns the row count.
+/// and match their digests, rows ascend strictly, relocated frames match
+/// their digests, and the recomputed identity and counts equal the
+/// generation's. Returns the row count.
 fn verify_output(store: &Store, manifest: &str, view: &GenView) -> Result<u64> {
     let rep = Representation::open(store, manifest)?;
     let bad = |check: &str| Error::corrupt("materialized base", manifest, check.to_string());
     if rep.kind() != RepKind::Base || rep.manifest.generation != view.generation() {
         return Err(bad("not a base of this generation"));
     }
+    // Frames in packs the sources do not list were relocated by this task:
+    // each is read back and checked against its row's digest.
+    let source_packs: HashSet<&str> = std::iter::once(&view.base)
+        .chain(&view.delta)
+        .flat_map(|r| r.manifest.packs.iter().map(|p| p.name.as_str()))
+        .collect();
     let mut hasher = IdentityHasher::new();
     let mut cursor = rep.rows()?;
     let mut prev: Option<Row> = None;
@@ -712,6 +800,11 @@ fn verify_output(store: &Store, manifest: &str, view: &GenView) -> Result<u64> {
     while let Some(r) = cursor.next_row()? {
         if prev.as_ref().is_some_and(|p| p.key_cmp(&r).is_ge()) {
             return Err(bad("rows out of key order"));
+        }
+        if let BlobLoc::Packed { pack, .. } = r.blob {
+            if !source_packs.contains(hex::encode(pack).as_str()) {
+                crate::blob::packed_frame(store, &r)?;
+            }
         }
         hasher.push(&r);
         n += 1;

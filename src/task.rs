@@ -249,8 +249,9 @@ impl Tasks {
         ))
     }
 
-    /// Cancel task `id`: a CANCELLED record, unless the task is final or an
-    /// attempt is working on it (its lease is held). Nothing readers see
+    /// Cancel task `id`: a CANCELLED record, unless the task is final, an
+    /// attempt is working on it (its lease is held), or its publication may
+    /// have begun (OUTPUT_READY, PUBLISHING). A dead attempt's staging goes. Nothing readers see
     /// changes; the record keeps the last error and attempt.
     pub fn cancel(&self, id: &str) -> Result<TaskRecord> {
         let t = self.newest(id)?.ok_or_else(|| Error::NotFound {
@@ -263,6 +264,12 @@ impl Tasks {
                 t.state.label()
             )));
         }
+        if matches!(t.state, TaskState::OutputReady | TaskState::Publishing) {
+            return Err(Error::Conflict(format!(
+                "publication may have begun; a worker finishes it: task=`{id}` state={}",
+                t.state.label()
+            )));
+        }
         if t.state.is_claimed() && self.owner_alive(&t)? {
             return Err(Error::Conflict(format!(
                 "an attempt is working on the task; retry when it ends: task=`{id}` attempt={}",
@@ -272,6 +279,11 @@ impl Tasks {
         let mut cancelled = t.next(TaskState::Cancelled);
         cancelled.owner = None;
         self.put(&cancelled)?;
+        if let Some(token) = &t.owner {
+            let storage = self.store.storage();
+            storage.delete_dir(&format!("staging/{token}"))?;
+            storage.delete(&keys::staging_owner(token))?;
+        }
         Ok(cancelled)
     }
 

@@ -262,8 +262,9 @@ fn a_source_swept_before_protection_retires_the_task() {
     let v: serde_json::Value = serde_json::from_str(&String::from_utf8_lossy(&o.stdout)).unwrap();
     assert_eq!(v["state"], "SOURCE_RETIRED");
     assert_eq!(task_json(&st)["id"], task["id"]);
+    // Asked again, a new task finds the source still gone.
     let again = strata(&st, &["materialize", "--set", "s", "--json"], None);
-    assert_eq!(again.status.code(), Some(1), "never retried forever");
+    assert_eq!(again.status.code(), Some(1), "the source is still gone");
     assert_eq!(staging_entries(&st), 0);
     let id = task["id"].as_str().unwrap();
     let ended = strata(&st, &["tasks", "--cancel", id], None);
@@ -275,17 +276,30 @@ fn a_source_swept_before_protection_retires_the_task() {
 }
 
 #[test]
-fn a_cancelled_task_changes_nothing_and_is_not_run() {
+fn a_cancelled_task_changes_nothing_and_a_new_one_can_follow() {
     let t = tempfile::tempdir().unwrap();
     let (_src, st) = delta_store(t.path());
     ok(&strata(&st, &["materialize", "--set", "s", "--plan"], None));
     let id = task_json(&st)["id"].as_str().unwrap().to_string();
     ok(&strata(&st, &["tasks", "--cancel", &id], None));
     assert_eq!(task_json(&st)["state"], "CANCELLED");
-    let out = strata(&st, &["materialize", "--set", "s", "--json"], None);
-    let v: serde_json::Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
-    assert_eq!(v["state"], "CANCELLED");
     assert_eq!(representation(&st, 2), RepKind::Delta);
+    verify_all(&st);
+    // The cancelled task keeps its evidence; the next request plans anew.
+    let out = ok(&strata(&st, &["materialize", "--set", "s", "--json"], None));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["state"], "PUBLISHED");
+    assert_eq!(v["task"], format!("{id}-r2"));
+    let all: serde_json::Value =
+        serde_json::from_str(&ok(&strata(&st, &["tasks", "--json"], None))).unwrap();
+    let states: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["CANCELLED", "PUBLISHED"]);
+    assert_eq!(representation(&st, 2), RepKind::Base);
     verify_all(&st);
 }
 

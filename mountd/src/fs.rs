@@ -954,6 +954,7 @@ impl Filesystem for StrataFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let mut added = 0usize;
         let r = guarded("readdirplus", || {
             self.walk_dir(fh, offset, |off, item| {
                 let name = listed_name(&item).to_os_string();
@@ -965,10 +966,15 @@ impl Filesystem for StrataFs {
                     // Not sent: the kernel will not count this lookup.
                     self.forget(req, attr.ino, 1);
                 }
+                added += usize::from(!full);
                 Ok(full)
             })
         });
         match r {
+            // Entries already counted as lookups must reach the kernel (it
+            // forgets only what it received); the error recurs at the next
+            // offset.
+            Err(_) if added > 0 => reply.ok(),
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
