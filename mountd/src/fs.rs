@@ -654,9 +654,15 @@ impl StrataFs {
                 generation,
                 gen,
             } => {
+                // An unopened placeholder may be opened again later with
+                // another representation: its listing is not kept.
+                let flags = match gen {
+                    Some(_) => cached,
+                    None => FopenFlags::empty(),
+                };
                 let gen = self.root_gen(&set, generation, &gen)?;
                 let path = Vec::new();
-                (Handle::GenDir { gen, path }, cached)
+                (Handle::GenDir { gen, path }, flags)
             }
             Node::Entry { gen, row, .. } if row.kind == Kind::Dir => {
                 let path = row.path();
