@@ -738,20 +738,7 @@ fn base_manifest(
     identity: String,
 ) -> Result<Manifest> {
     let top = &view.top().manifest;
-    let mut packs = Vec::with_capacity(folded.packs.len());
-    for name in folded.packs.keys() {
-        let size = store
-            .storage()
-            .size(&keys::pack(name))?
-            .ok_or_else(|| Error::NotFound {
-                what: "pack",
-                name: name.clone(),
-            })?;
-        packs.push(FileRef {
-            name: name.clone(),
-            size,
-        });
-    }
+    let packs = crate::publish::pack_refs(store, folded.packs.keys())?;
     let blobs = folded
         .blobs
         .into_iter()

@@ -431,6 +431,28 @@ fn commit_merged(
     })
 }
 
+/// Manifest entries for packs by name, with their stored sizes.
+pub(crate) fn pack_refs<'a>(
+    store: &Store,
+    names: impl Iterator<Item = &'a String>,
+) -> Result<Vec<FileRef>> {
+    let mut packs = Vec::new();
+    for name in names {
+        let size = store
+            .storage()
+            .size(&keys::pack(name))?
+            .ok_or_else(|| Error::NotFound {
+                what: "pack",
+                name: name.clone(),
+            })?;
+        packs.push(FileRef {
+            name: name.clone(),
+            size,
+        });
+    }
+    Ok(packs)
+}
+
 pub(crate) fn move_segments(store: &Store, files: &[SegmentFile]) -> Result<Vec<SegmentRef>> {
     let mut refs = Vec::with_capacity(files.len());
     for f in files {
@@ -455,21 +477,7 @@ fn build_manifest(
     segments: Vec<SegmentRef>,
     seal: Seal,
 ) -> Result<Manifest> {
-    let mut packs = Vec::with_capacity(merged.packs.len());
-    for name in merged.packs.keys() {
-        let size = input
-            .store
-            .storage()
-            .size(&keys::pack(name))?
-            .ok_or_else(|| Error::NotFound {
-                what: "pack",
-                name: name.clone(),
-            })?;
-        packs.push(FileRef {
-            name: name.clone(),
-            size,
-        });
-    }
+    let packs = pack_refs(input.store, merged.packs.keys())?;
     let blobs = merged
         .blobs
         .iter()

@@ -29,16 +29,6 @@ fn strata_env(store: &Path, args: &[&str], env: (&str, &str)) -> Output {
         .unwrap()
 }
 
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
 fn latest(store: &Path, set: &str) -> u64 {
     let out = ok(&strata(store, &["log", "--set", set, "--json"]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -23,16 +23,6 @@ fn strata(store: &Path, args: &[&str], failpoints: Option<&str>) -> Output {
     c.output().unwrap()
 }
 
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
 /// A store whose generation 2 is a large delta over generation 1.
 fn delta_store(t: &Path) -> (PathBuf, PathBuf) {
     let (src, st) = (t.join("src"), t.join("store"));

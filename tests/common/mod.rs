@@ -138,6 +138,17 @@ pub fn noise(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The stdout of a command that must have succeeded (else its output).
+pub fn ok(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_strata")
 }
