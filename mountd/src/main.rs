@@ -56,6 +56,12 @@ struct Args {
     /// ... and at least this many rows
     #[arg(long, default_value_t = 10_000)]
     materialize_min_rows: u64,
+    /// Or materialize when a delta's segments take at least this many bytes
+    #[arg(long, default_value_t = 256 << 20)]
+    materialize_delta_bytes: u64,
+    /// Or when the base under a delta is older than this many seconds (0: never)
+    #[arg(long, default_value_t = 0)]
+    materialize_max_age_s: u64,
     mountpoint: PathBuf,
 }
 
@@ -125,6 +131,9 @@ fn run(args: Args) -> Result<(), String> {
         enabled: !args.no_materialize,
         ratio: args.materialize_ratio,
         min_rows: args.materialize_min_rows,
+        max_bytes: args.materialize_delta_bytes,
+        max_age: (args.materialize_max_age_s > 0)
+            .then(|| Duration::from_secs(args.materialize_max_age_s)),
     };
     let materializer = Arc::new(
         worker::Materializer::start(gens.store().clone(), policy)

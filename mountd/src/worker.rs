@@ -1,9 +1,10 @@
 //! Background materialization in the daemon: one worker thread, one active
 //! pass plus at most one pending job (further policy triggers coalesce).
 //!
-//! The policy looks at each set's latest generation after every refresh:
-//! when its delta has at least `min_rows` rows and at least `ratio` times as
-//! many rows as its base, a job is queued. The job itself re-reads the
+//! The policy looks at each set's latest generation after every refresh: a
+//! job is queued when its delta has at least `min_rows` rows and at least
+//! `ratio` times as many rows as its base, or its segments take at least
+//! `max_bytes`, or its base is older than `max_age`. The job itself re-reads the
 //! authoritative index (`strata::materialize`); what the policy saw is only a
 //! trigger. Explicit requests from the control socket use the same queue.
 //!
@@ -29,6 +30,10 @@ pub(crate) struct Policy {
     pub(crate) ratio: f64,
     /// And at least this many delta rows.
     pub(crate) min_rows: u64,
+    /// Or delta segments of at least this many bytes.
+    pub(crate) max_bytes: u64,
+    /// Or a base older than this (`None`: no age trigger).
+    pub(crate) max_age: Option<Duration>,
 }
 
 impl Policy {
@@ -38,7 +43,13 @@ impl Policy {
         };
         let d = delta.manifest.counts.rows;
         let b = gen.view.base.manifest.counts.rows;
-        self.enabled && d >= self.min_rows && d as f64 >= self.ratio * b as f64
+        let rows = d >= self.min_rows && d as f64 >= self.ratio * b as f64;
+        let bytes: u64 = delta.manifest.segments.iter().map(|s| s.size).sum();
+        let age_ns = strata::token::now_ns() - gen.view.base.manifest.created_ns;
+        let old = self
+            .max_age
+            .is_some_and(|a| age_ns > 0 && age_ns as u128 >= a.as_nanos());
+        self.enabled && d > 0 && (rows || bytes >= self.max_bytes || old)
     }
 }
 

@@ -959,3 +959,34 @@ fn a_large_file_opened_twice_at_once_reads_in_both() {
         assert_eq!(all, noise(5, 3 << 20));
     }
 }
+
+#[test]
+fn the_policy_also_triggers_on_delta_bytes_and_base_age() {
+    for args in [
+        [
+            "--materialize-min-rows",
+            "1000000",
+            "--materialize-delta-bytes",
+            "1",
+        ],
+        [
+            "--materialize-min-rows",
+            "1000000",
+            "--materialize-max-age-s",
+            "1",
+        ],
+    ] {
+        let Scratch {
+            _dir,
+            st,
+            mnt,
+            src,
+            store,
+        } = scratch();
+        large_delta(&store, &src);
+        let _m = Mount::start_with(&st, &mnt, &args);
+        wait_for("policy materialization", || {
+            reads_from(&store, 2) == strata::format::manifest::RepKind::Base
+        });
+    }
+}
