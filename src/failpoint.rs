@@ -1,6 +1,6 @@
 //! Named durability steps and the failpoint registry that tests switch on.
 //!
-//! Every step a commit or a materialization makes durable is a [`Step`]. Production code calls
+//! Every step a commit, a materialization or a sweep makes durable is a [`Step`]. Production code calls
 //! [`FailPoints::hit`] after each; it does nothing unless a test configured
 //! that step to kill the process or to fail with an injected errno. The CLI
 //! builds the registry from `STRATA_FAILPOINTS` (e.g.
@@ -42,6 +42,18 @@ pub enum Step {
     RepCommitted,
     /// Materialization: the task's pins are released (the committed record protects).
     ProtectionTransferred,
+    /// Sweep: retention's RETIRED records exist.
+    Retired,
+    /// Sweep: unheld pins and dead staging are removed.
+    ResidueReclaimed,
+    /// Sweep: this epoch's condemned list exists.
+    Condemned,
+    /// Sweep: a deletion batch holds the DELETING lease.
+    Deleting,
+    /// Sweep: a deletion batch is done and its lease released.
+    BatchDeleted,
+    /// Sweep: the epoch's report exists.
+    Swept,
 }
 
 impl Step {
@@ -67,6 +79,16 @@ impl Step {
         Step::ProtectionTransferred,
     ];
 
+    /// The steps of a sweep, in order.
+    pub const SWEEP: [Step; 6] = [
+        Step::Retired,
+        Step::ResidueReclaimed,
+        Step::Condemned,
+        Step::Deleting,
+        Step::BatchDeleted,
+        Step::Swept,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Step::BlobsDurable => "blobs-durable",
@@ -83,6 +105,12 @@ impl Step {
             Step::RepPrepared => "rep-prepared",
             Step::RepCommitted => "rep-committed",
             Step::ProtectionTransferred => "protection-transferred",
+            Step::Retired => "retired",
+            Step::ResidueReclaimed => "residue-reclaimed",
+            Step::Condemned => "condemned",
+            Step::Deleting => "deleting",
+            Step::BatchDeleted => "batch-deleted",
+            Step::Swept => "swept",
         }
     }
 
@@ -90,6 +118,7 @@ impl Step {
         Step::COMMIT
             .into_iter()
             .chain(Step::MATERIALIZE)
+            .chain(Step::SWEEP)
             .find(|st| st.name() == s)
     }
 }

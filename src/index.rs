@@ -224,6 +224,25 @@ impl GenIndex {
         Ok(next)
     }
 
+    /// Retire `current` (the newest record of a COMMITTED generation that is
+    /// not latest): the next record, RETIRED with every representation. It
+    /// is never selected again; pins taken earlier still hold what they read.
+    pub fn retire(&self, current: &IndexRecord, owner: &str) -> Result<IndexRecord> {
+        let now = self.load(current.generation)?;
+        let latest = self.latest()?.map(|r| r.generation);
+        invariant_retire_unchanged_not_latest(current, &now, latest)?;
+        let mut next = now;
+        next.record += 1;
+        next.state = State::Retired;
+        next.owner = owner.to_string();
+        next.written_ns = crate::token::now_ns();
+        for r in &mut next.representations {
+            r.state = State::Retired;
+        }
+        self.create(&next)?;
+        Ok(next)
+    }
+
     /// Advance the hint to `generation` unless it already names a later one.
     pub fn advance_hint(&self, generation: u64) -> Result<()> {
         let storage = self.store.storage();
@@ -338,5 +357,28 @@ fn invariant_rep_prepared_by_us(
     Err(Error::Conflict(format!(
         "prepared representation was superseded before commit: set=`{}` generation={}",
         prepared.set, prepared.generation
+    )))
+}
+
+/// Protects `latest` and concurrent record changes from retention: only the
+/// record retention decided on, still newest and COMMITTED, and not the
+/// latest generation (latest only moves forward, so it stays safe).
+fn invariant_retire_unchanged_not_latest(
+    decided: &IndexRecord,
+    current: &IndexRecord,
+    latest: Option<u64>,
+) -> Result<()> {
+    if current.record == decided.record
+        && current.state == State::Committed
+        && latest.is_some_and(|l| l > current.generation)
+    {
+        return Ok(());
+    }
+    Err(Error::Conflict(format!(
+        "generation changed or is latest; not retired: set=`{}` generation={} state={} latest={:?}",
+        current.set,
+        current.generation,
+        current.state.label(),
+        latest
     )))
 }

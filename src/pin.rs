@@ -140,6 +140,8 @@ pub enum PinState {
 pub struct PinInfo {
     pub key: String,
     pub state: PinState,
+    /// Whether the marker's lock is held (also known for an invalid body).
+    pub held: bool,
     pub set: String,
     pub generation: u64,
     pub representation: String,
@@ -190,6 +192,7 @@ fn inspect(store: &Store, key: &str) -> Result<Option<PinInfo>> {
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
     };
+    let held = state == PinState::Held;
     let parsed = serde_json::from_slice::<PinRecord>(&body)
         .ok()
         .filter(|p| p.tag == "strata-pin" && p.version == 1);
@@ -197,6 +200,7 @@ fn inspect(store: &Store, key: &str) -> Result<Option<PinInfo>> {
         Some(p) => PinInfo {
             key: key.to_string(),
             state,
+            held,
             set: p.set,
             generation: p.generation,
             representation: p.representation,
@@ -207,6 +211,7 @@ fn inspect(store: &Store, key: &str) -> Result<Option<PinInfo>> {
         None => PinInfo {
             key: key.to_string(),
             state: PinState::Invalid,
+            held,
             set: String::new(),
             generation: 0,
             representation: String::new(),

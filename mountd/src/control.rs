@@ -10,6 +10,7 @@
 
 use crate::fs::Stats;
 use crate::gen::Gens;
+use crate::sweeper::LastSweep;
 use crate::worker::Materializer;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -45,6 +46,11 @@ struct Request {
     generation: Option<u64>,
     #[serde(default)]
     wait: bool,
+    /// `sweep`: grace in milliseconds (default: the daemon's) and plan only.
+    #[serde(default)]
+    grace_ms: Option<u64>,
+    #[serde(default)]
+    dry_run: bool,
 }
 
 #[derive(Serialize)]
@@ -61,6 +67,7 @@ pub(crate) struct Context {
     pub(crate) mountpoint: PathBuf,
     pub(crate) started: Instant,
     pub(crate) materializer: Arc<Materializer>,
+    pub(crate) last_sweep: Arc<LastSweep>,
     active: AtomicUsize,
 }
 
@@ -100,6 +107,7 @@ impl Context {
         only: Vec<String>,
         mountpoint: PathBuf,
         materializer: Arc<Materializer>,
+        last_sweep: Arc<LastSweep>,
     ) -> Context {
         Context {
             gens,
@@ -108,6 +116,7 @@ impl Context {
             mountpoint,
             started: Instant::now(),
             materializer,
+            last_sweep,
             active: AtomicUsize::new(0),
         }
     }
@@ -239,6 +248,7 @@ fn answer(line: &[u8], ctx: &Context) -> Value {
         "unmount" => unmount(ctx),
         "materialize" => materialize(ctx, &req),
         "tasks" => tasks(ctx),
+        "sweep" => sweep(ctx, &req),
         other => return error_value("unknown-command", format!("unknown command `{other}`")),
     };
     match result {
@@ -289,6 +299,7 @@ fn status(ctx: &Context) -> Answer {
         "verified_blobs": ctx.stats.verified.load(Ordering::Relaxed),
         "verify_failures": ctx.stats.verify_failures.load(Ordering::Relaxed),
         "rss_bytes": rss_bytes(),
+        "last_sweep": ctx.last_sweep.get(),
     }))
 }
 
@@ -322,6 +333,17 @@ fn materialize(ctx: &Context, req: &Request) -> Answer {
         .request(set, req.generation, req.wait)
         .map_err(|e| ("failed", e))?;
     Ok(json!(outcome))
+}
+
+fn sweep(ctx: &Context, req: &Request) -> Answer {
+    let grace = req
+        .grace_ms
+        .map_or(strata::sweep::DEFAULT_GRACE, Duration::from_millis);
+    let report = ctx
+        .last_sweep
+        .run(ctx.gens.store(), grace, req.dry_run)
+        .map_err(|e| ("failed", e))?;
+    Ok(json!(report))
 }
 
 fn tasks(ctx: &Context) -> Answer {

@@ -474,9 +474,11 @@ impl StrataFs {
         let all = GenIndex::new(self.gens.store(), set)
             .all()
             .map_err(|e| errno(&e, "list generations"))?;
+        let held = self.gens.held();
+        let pinned = |g: u64| held.iter().any(|(s, h)| s == set && *h == g);
         Ok(all
             .into_iter()
-            .filter(|(_, r)| r.state == State::Committed)
+            .filter(|(g, r)| r.state == State::Committed || pinned(*g))
             .map(|(g, _)| DirItem {
                 node: Node::GenRoot {
                     set: set.to_string(),

@@ -124,6 +124,15 @@ impl Gens {
             .clear();
     }
 
+    /// Generations some node, handle or `latest` of this daemon holds.
+    pub(crate) fn held(&self) -> Vec<(String, u64)> {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.iter()
+            .filter(|(_, w)| w.strong_count() > 0)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Number of generations currently pinned by this daemon.
     pub(crate) fn pinned(&self) -> usize {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);

@@ -11,6 +11,7 @@ mod control;
 mod fs;
 mod gen;
 mod node;
+mod sweeper;
 mod worker;
 
 use clap::Parser;
@@ -21,6 +22,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
+use strata::format::record::State;
+use strata::index::GenIndex;
 use strata::storage::LocalStorage;
 use strata::store::{default_location, Store};
 use tracing::{error, info};
@@ -62,11 +65,19 @@ struct Args {
     /// Or when the base under a delta is older than this many seconds (0: never)
     #[arg(long, default_value_t = 0)]
     materialize_max_age_s: u64,
+    /// Sweep the store every this many seconds (0: only on request)
+    #[arg(long, default_value_t = 3600)]
+    sweep_every_s: u64,
+    /// Grace of scheduled sweeps, seconds
+    #[arg(long, default_value_t = strata::sweep::DEFAULT_GRACE.as_secs())]
+    sweep_grace_s: u64,
     mountpoint: PathBuf,
 }
 
 /// How often the latest generation of every set is re-read and pinned.
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
+/// Every how many refreshes held generations are checked for retirement.
+const RETIRED_CHECK_EVERY: u64 = 4;
 /// How long shutdown waits for an active materialization.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -139,12 +150,14 @@ fn run(args: Args) -> Result<(), String> {
         worker::Materializer::start(gens.store().clone(), policy)
             .map_err(|e| format!("materialization worker: {e}"))?,
     );
+    let last_sweep = Arc::new(sweeper::LastSweep::default());
     let ctx = control::Context::new(
         gens.clone(),
         stats,
         args.set.clone(),
         args.mountpoint.clone(),
         materializer.clone(),
+        last_sweep.clone(),
     );
     let socket = control::start(&root, ctx).map_err(|e| format!("control socket: {e}"))?;
     info!("control socket {}", socket.display());
@@ -154,6 +167,17 @@ fn run(args: Args) -> Result<(), String> {
         session.notifier(),
         materializer.clone(),
     );
+    let sweeps = (args.sweep_every_s > 0)
+        .then(|| {
+            sweeper::spawn(
+                gens.store().clone(),
+                last_sweep,
+                Duration::from_secs(args.sweep_every_s),
+                Duration::from_secs(args.sweep_grace_s),
+            )
+        })
+        .transpose()
+        .map_err(|e| format!("sweep thread: {e}"))?;
     info!(
         "serving {} at {}",
         root.display(),
@@ -163,6 +187,10 @@ fn run(args: Args) -> Result<(), String> {
     let _ = std::fs::remove_file(&socket);
     drop(stop);
     let _ = refresher.join();
+    if let Some((stop, handle)) = sweeps {
+        drop(stop);
+        let _ = handle.join();
+    }
     materializer.shutdown(SHUTDOWN_DEADLINE);
     gens.release();
     served?;
@@ -246,6 +274,21 @@ fn announce(notifier: &Notifier, set: &str, prev: &(u64, String), now: &(u64, St
     }
 }
 
+/// Drop the kernel's cached entry of every held generation that retention
+/// retired, so it forgets the generation's inodes once no cwd or open file
+/// uses them and its pin is released (a sweep may then reclaim it).
+fn let_go_of_retired(gens: &gen::Gens, notifier: &Notifier) {
+    for (set, g) in gens.held() {
+        let retired = GenIndex::new(gens.store(), &set)
+            .newest(g)
+            .is_ok_and(|r| r.is_some_and(|r| r.state == State::Retired));
+        if retired {
+            let dir = node::ino_of(&node::Node::Gens(set.clone()));
+            let _ = notifier.inval_entry(INodeNo(dir), std::ffi::OsStr::new(&g.to_string()));
+        }
+    }
+}
+
 /// Re-read and pin each set's latest generation every [`REFRESH_EVERY`]
 /// until the returned sender is dropped; join the handle to release it.
 /// When a set's latest moves, the kernel's cached `latest` symlink is
@@ -262,6 +305,7 @@ fn spawn_refresher(
     let handle = std::thread::spawn(move || {
         // Per set: the latest generation and the manifest it reads.
         let mut seen: HashMap<String, (u64, String)> = HashMap::new();
+        let mut cycle = 0u64;
         loop {
             let sets = if only.is_empty() {
                 gens.store().sets().unwrap_or_default()
@@ -280,6 +324,10 @@ fn spawn_refresher(
                     Ok(None) => {}
                     Err(e) => error!("refresh latest of {s}: {}", strata::cli_chain(&e)),
                 }
+            }
+            cycle += 1;
+            if cycle % RETIRED_CHECK_EVERY == 0 {
+                let_go_of_retired(&gens, &notifier);
             }
             if stopped.recv_timeout(REFRESH_EVERY) != Err(mpsc::RecvTimeoutError::Timeout) {
                 return;

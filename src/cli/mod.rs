@@ -1,6 +1,7 @@
 //! Argument parsing and command dispatch for `strata`.
 
 mod control;
+mod gc;
 mod mount;
 mod render;
 
@@ -66,7 +67,13 @@ enum Cmd {
     Materialize(MaterializeArgs),
     /// List materialization tasks with state, attempt, owner, progress, last error
     Tasks(TasksArgs),
-    /// Status of the store's mount daemons (through their control sockets)
+    /// Store a set's retention policy and retire what it does not keep
+    Retain(gc::RetainArgs),
+    /// Collect garbage: retire, reclaim residue, mark, condemn, delete after a grace
+    Sweep(gc::SweepArgs),
+    /// List pins, staging owners and leases with a liveness verdict
+    Leases(JsonArg),
+    /// Sets, space by category, last sweep and the mount daemons' status
     Status(JsonArg),
     /// Mount every generation read-only at MOUNTPOINT (starts strata-mountd)
     Mount(MountCmd),
@@ -92,6 +99,12 @@ struct MountCmd {
     /// Do not fold deltas into new bases on the daemon's own initiative
     #[arg(long)]
     no_materialize: bool,
+    /// Sweep the store on this schedule (0s: only on request; default 1h)
+    #[arg(long, value_name = "D", value_parser = gc::parse_duration)]
+    sweep_every: Option<std::time::Duration>,
+    /// Grace of scheduled sweeps (default 15m)
+    #[arg(long, value_name = "D", value_parser = gc::parse_duration)]
+    sweep_grace: Option<std::time::Duration>,
     mountpoint: PathBuf,
 }
 
@@ -157,7 +170,7 @@ struct TasksArgs {
 }
 
 #[derive(Args)]
-struct JsonArg {
+pub(crate) struct JsonArg {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
@@ -311,6 +324,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
             cmd_materialize(&store, &store_path(&cli.store)?, a)
         }
         Cmd::Tasks(a) => tasks(&open(&cli.store)?, a),
+        Cmd::Retain(a) => gc::retain(&open(&cli.store)?, a),
+        Cmd::Sweep(a) => {
+            let store = open(&cli.store)?;
+            gc::sweep(&store, &store_path(&cli.store)?, a)
+        }
+        Cmd::Leases(a) => gc::leases(&open(&cli.store)?, a),
         Cmd::Status(a) => {
             let store = open(&cli.store)?;
             status(&store, &store_path(&cli.store)?, a)
@@ -326,6 +345,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 verify: &a.verify,
                 preserve_owner: a.preserve_owner,
                 no_materialize: a.no_materialize,
+                sweep_every: a.sweep_every,
+                sweep_grace: a.sweep_grace,
             })
         }
         Cmd::Unmount(a) => mount::unmount(&a.mountpoint, a.lazy),
@@ -818,6 +839,26 @@ fn tags(store: &Store, a: TagsArgs) -> Result<i32> {
     Ok(0)
 }
 
+fn print_space(r: &strata::sweep::SweepReport) {
+    let t =
+        |t: strata::sweep::Tally| format!("{} in {} object(s)", render::bytes(t.bytes), t.count);
+    let s = &r.space;
+    println!(
+        "space at sweep epoch {} ({} UTC):",
+        r.epoch,
+        render::time(r.started_ns)
+    );
+    println!("  live base   {}", t(s.live_base));
+    println!("  live delta  {}", t(s.live_delta));
+    println!(
+        "  packs       {} live, {} dead",
+        render::bytes(s.packs_live_bytes),
+        render::bytes(s.packs_dead_bytes)
+    );
+    println!("  condemned   {}", t(s.condemned));
+    println!("  staging     {}", t(s.staging));
+}
+
 fn pins(store: &Store, a: JsonArg) -> Result<i32> {
     let pins = strata::pin::list(store)?;
     if a.json {
@@ -867,9 +908,16 @@ fn status(store: &Store, root: &std::path::Path, a: JsonArg) -> Result<i32> {
         .iter()
         .filter(|p| p.state == strata::pin::PinState::Held)
         .count();
+    let sweep = strata::sweep::last_report(store)?;
+    let space = sweep.as_ref().map(|r| &r.space);
     if a.json {
+        let last = sweep.as_ref().map(|r| {
+            serde_json::json!({ "epoch": r.epoch,
+            "at_ns": r.started_ns, "deleted": r.deleted, "deferred": r.deferred })
+        });
         return print_json(
-            &serde_json::json!({ "store": root, "sets": sets, "pins": { "held": held, "total": pins.len() }, "daemons": daemons }),
+            &serde_json::json!({ "store": root, "sets": sets, "pins": { "held": held, "total": pins.len() },
+                "space": space, "last_sweep": last, "daemons": daemons }),
         );
     }
     println!(
@@ -888,6 +936,10 @@ fn status(store: &Store, root: &std::path::Path, a: JsonArg) -> Result<i32> {
         })
         .collect();
     println!("{}", render::table(&["SET", "LATEST"], &rows));
+    match &sweep {
+        Some(r) => print_space(r),
+        None => println!("space: unknown until the first sweep (`strata sweep --dry-run`)"),
+    }
     if daemons.is_empty() {
         println!("no mount daemon is serving this store");
     }

@@ -41,6 +41,9 @@ pub(crate) struct MountArgs<'a> {
     pub verify: &'a str,
     pub preserve_owner: bool,
     pub no_materialize: bool,
+    /// Scheduled sweeps: every, and their grace (`None`: the daemon's defaults).
+    pub sweep_every: Option<std::time::Duration>,
+    pub sweep_grace: Option<std::time::Duration>,
 }
 
 pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
@@ -66,6 +69,12 @@ pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
     }
     for s in a.sets {
         cmd.arg("--set").arg(s);
+    }
+    if let Some(d) = a.sweep_every {
+        cmd.arg("--sweep-every-s").arg(d.as_secs().to_string());
+    }
+    if let Some(d) = a.sweep_grace {
+        cmd.arg("--sweep-grace-s").arg(d.as_secs().to_string());
     }
     if a.foreground {
         let status = cmd

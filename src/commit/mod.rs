@@ -168,6 +168,7 @@ impl Staging {
                 )))
             }
         };
+        crate::sweep::wait_while_deleting(store)?;
         let dir = store.storage().scratch_dir(token)?;
         Ok(Staging {
             dir,

@@ -359,6 +359,32 @@ impl Storage for LocalStorage {
         Ok(names)
     }
 
+    fn list_sizes(&self, dir: &str) -> Result<Vec<(String, u64)>> {
+        let path = self.path(dir);
+        let rd = match fs::read_dir(&path) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("readdir", &path, e)),
+        };
+        let mut out = Vec::new();
+        for entry in rd {
+            let entry = entry.ctx("readdir", &path)?;
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            let md = match entry.metadata() {
+                Ok(md) => md,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("stat", entry.path(), e)),
+            };
+            if md.is_file() && !name.starts_with(".tmp-") {
+                out.push((name, md.len()));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key);
         match fs::remove_file(&path) {

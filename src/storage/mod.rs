@@ -73,6 +73,8 @@ pub trait Storage: Send + Sync + Debug {
     fn cas(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CasOutcome>;
     /// Names directly under `dir` (files and sub-directories), sorted.
     fn list(&self, dir: &str) -> Result<Vec<String>>;
+    /// Objects (not directories) directly under `dir` with their sizes, sorted.
+    fn list_sizes(&self, dir: &str) -> Result<Vec<(String, u64)>>;
     /// Remove an object; absent is fine.
     fn delete(&self, key: &str) -> Result<()>;
     /// Remove an empty or non-empty directory of local scratch objects.

@@ -1,0 +1,249 @@
+//! `strata retain`, `strata sweep` and `strata leases`: retention policy,
+//! garbage collection and the residue report.
+
+use super::{control, print_json, render, JsonArg};
+use clap::Args;
+use std::path::Path;
+use std::time::Duration;
+use strata::error::{Error, Result};
+use strata::residue::LeaseInfo;
+use strata::retain::Policy;
+use strata::sweep::{SweepOptions, SweepReport};
+use strata::Store;
+
+#[derive(Args)]
+pub(crate) struct RetainArgs {
+    #[arg(long)]
+    set: String,
+    /// Keep the newest N generations
+    #[arg(long, value_name = "N")]
+    keep_last: Option<u64>,
+    /// Keep generations committed within this duration (90s, 15m, 12h, 7d, 2w)
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    keep_within: Option<Duration>,
+    /// Keep everything again (forget the policy's limits)
+    #[arg(long, conflicts_with_all = ["keep_last", "keep_within"])]
+    keep_all: bool,
+    /// Show what the policy keeps and would retire; change nothing
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct SweepArgs {
+    /// Plan only: report what is reachable, condemned and deletable
+    #[arg(long)]
+    dry_run: bool,
+    /// Delete only objects condemned at least this long ago (0s for tests)
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    grace: Option<Duration>,
+    /// Run in this process even when a mount daemon of the store runs
+    #[arg(long)]
+    in_process: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+/// `90s`, `15m`, `12h`, `7d`, `2w`, or plain seconds.
+pub(crate) fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a number with a unit (s, m, h, d, w)"))?;
+    let mult = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (s, m, h, d, w)")),
+    };
+    n.checked_mul(mult)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("`{s}`: too long"))
+}
+
+pub(crate) fn retain(store: &Store, a: RetainArgs) -> Result<i32> {
+    strata::store::check_set_name(&a.set)?;
+    let changes = a.keep_last.is_some() || a.keep_within.is_some() || a.keep_all;
+    if changes && !a.dry_run {
+        let policy = Policy {
+            keep_last: a.keep_last,
+            keep_within_s: a.keep_within.map(|d| d.as_secs()),
+        };
+        strata::retain::set_policy(store, &a.set, policy)?;
+    }
+    let plan = strata::retain::plan(store, &a.set, strata::token::now_ns())?;
+    let retired = match a.dry_run {
+        true => Vec::new(),
+        false => strata::retain::apply(store, &plan, "retain")?,
+    };
+    if a.json {
+        return print_json(&serde_json::json!({ "plan": plan, "retired": retired }));
+    }
+    print_plan(&plan, &retired, a.dry_run);
+    Ok(0)
+}
+
+fn print_plan(plan: &strata::retain::Plan, retired: &[u64], dry_run: bool) {
+    let policy = match plan.policy {
+        None => "keep everything (no policy)".to_string(),
+        Some(p) => format!(
+            "keep latest, tagged{}{}",
+            p.keep_last
+                .map_or(String::new(), |n| format!(", the last {n}")),
+            p.keep_within_s
+                .map_or(String::new(), |s| format!(", those within {s} s"))
+        ),
+    };
+    println!("set {}: {policy}", plan.set);
+    let kept: Vec<String> = plan.keep.keys().map(u64::to_string).collect();
+    println!("  kept: {}", list_or_none(&kept));
+    let verb = if dry_run { "would retire" } else { "retired" };
+    let gone: Vec<String> = match dry_run {
+        true => plan.retire.iter().map(u64::to_string).collect(),
+        false => retired.iter().map(u64::to_string).collect(),
+    };
+    println!("  {verb}: {}", list_or_none(&gone));
+}
+
+fn list_or_none(items: &[String]) -> String {
+    match items.is_empty() {
+        true => "none".into(),
+        false => items.join(" "),
+    }
+}
+
+pub(crate) fn sweep(store: &Store, root: &Path, a: SweepArgs) -> Result<i32> {
+    let grace = a.grace.unwrap_or(strata::sweep::DEFAULT_GRACE);
+    let report = run_sweep(store, root, grace, a.dry_run, a.in_process)?;
+    if a.json {
+        return print_json(&report);
+    }
+    print_report(&report);
+    Ok(0)
+}
+
+fn run_sweep(
+    store: &Store,
+    root: &Path,
+    grace: Duration,
+    dry_run: bool,
+    in_process: bool,
+) -> Result<SweepReport> {
+    if !in_process {
+        let request = serde_json::json!({"command": "sweep",
+            "grace_ms": grace.as_millis() as u64, "dry_run": dry_run});
+        for socket in control::sockets(root) {
+            if let Some(v) = control::ask_request(&socket, &request, None)? {
+                return serde_json::from_value(v).map_err(|e| {
+                    Error::corrupt("control reply", socket.display().to_string(), e.to_string())
+                });
+            }
+        }
+    }
+    let opts = SweepOptions {
+        grace,
+        dry_run,
+        holder: format!("strata sweep pid={}", std::process::id()),
+    };
+    strata::sweep::sweep(store, &opts)
+}
+
+fn tally(t: strata::sweep::Tally) -> String {
+    format!("{} object(s), {}", t.count, render::bytes(t.bytes))
+}
+
+fn print_report(r: &SweepReport) {
+    let what = if r.dry_run { "sweep plan" } else { "sweep" };
+    println!(
+        "{what} epoch {}: {} object(s) listed, {} reachable (mark {} ms, total {} ms)",
+        r.epoch, r.objects, r.marked, r.mark_ms, r.duration_ms
+    );
+    println!(
+        "  roots: {} generation(s), {} representation(s), {} pin(s), {} task(s)",
+        r.roots.generations, r.roots.representations, r.roots.pins, r.roots.tasks
+    );
+    let retired: Vec<String> = r.retired.iter().map(|(s, g)| format!("{s}@{g}")).collect();
+    let verb = if r.dry_run { "would retire" } else { "retired" };
+    println!("  {verb}: {}", list_or_none(&retired));
+    println!("  live base: {}", tally(r.space.live_base));
+    println!("  live delta: {}", tally(r.space.live_delta));
+    println!(
+        "  packs: {} live, {} dead; {} pack(s) under {:.0}% live",
+        render::bytes(r.space.packs_live_bytes),
+        render::bytes(r.space.packs_dead_bytes),
+        r.sparse_packs.len(),
+        strata::sweep::PACK_LIVE_THRESHOLD * 100.0
+    );
+    println!(
+        "  condemned: {} (new: {})",
+        tally(r.condemned),
+        tally(r.newly_condemned)
+    );
+    let del = if r.dry_run {
+        "deletable now"
+    } else {
+        "deleted"
+    };
+    let done = if r.dry_run { r.deletable } else { r.deleted };
+    println!(
+        "  {del}: {} (grace {} s)",
+        tally(done),
+        r.grace_ms as f64 / 1000.0
+    );
+    if let Some(why) = &r.deferred {
+        println!("  deferred: {why}");
+    }
+    let reclaim = if r.dry_run {
+        "would reclaim"
+    } else {
+        "reclaimed"
+    };
+    for i in &r.reclaimed {
+        println!("  {reclaim} {} {} ({})", i.kind, i.key, i.detail);
+    }
+    for i in &r.invalid {
+        eprintln!(
+            "strata: warning: invalid {} kept for an operator: {} ({})",
+            i.kind, i.key, i.detail
+        );
+    }
+}
+
+pub(crate) fn leases(store: &Store, a: JsonArg) -> Result<i32> {
+    let items = strata::residue::scan(store)?;
+    if a.json {
+        return print_json(&items);
+    }
+    println!(
+        "{}",
+        render::table(
+            &["KIND", "VERDICT", "KEY", "HOLDER", "DETAIL", "ACTION"],
+            &rows(&items)
+        )
+    );
+    Ok(0)
+}
+
+fn rows(items: &[LeaseInfo]) -> Vec<Vec<String>> {
+    items
+        .iter()
+        .map(|i| {
+            let verdict = serde_json::to_value(i.verdict)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            vec![
+                i.kind.clone(),
+                verdict,
+                i.key.clone(),
+                i.holder.clone(),
+                i.detail.clone(),
+                i.action.clone(),
+            ]
+        })
+        .collect()
+}

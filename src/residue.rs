@@ -1,0 +1,194 @@
+//! Residue: what crashed processes leave behind — pins, staging owners with
+//! their staging directories and journals, and the store's named leases —
+//! probed and given a verdict (held, unheld, missing, invalid).
+//!
+//! Liveness is decided only by the backend's lease probe (an OS lock
+//! locally), never by a PID or a holder string (invariant 4). Unheld pins
+//! and unheld staging owners (with their staging and journals) are
+//! reclaimed: their names carry a token that is never taken again, so
+//! nobody can come back to them. Invalid markers are reported for an
+//! operator and never removed. Writer, sweeper and deleting leases are
+//! reusable lock files: reported, never removed (unlinking a lock file
+//! another process is about to lock would let two holders coexist).
+
+use crate::error::Result;
+use crate::pin::PinState;
+use crate::storage::LeaseState;
+use crate::store::{keys, Store};
+use serde::{Deserialize, Serialize};
+
+/// The action of residue a sweep removes.
+pub const RECLAIM: &str = "reclaim";
+
+/// Liveness verdict of one marker or lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Held,
+    Unheld,
+    Missing,
+    Invalid,
+}
+
+/// One probed marker or lease as `strata leases` reports it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    /// pin, staging, writer, sweeper or deleting.
+    pub kind: String,
+    pub key: String,
+    pub verdict: Verdict,
+    pub holder: String,
+    /// What the probe saw besides the verdict (pinned generation, journals).
+    pub detail: String,
+    /// What a sweep did or would do about it.
+    pub action: String,
+}
+
+fn verdict(state: LeaseState) -> (Verdict, String) {
+    match state {
+        LeaseState::Held { holder } => (Verdict::Held, holder),
+        LeaseState::Unheld => (Verdict::Unheld, String::new()),
+        LeaseState::Missing => (Verdict::Missing, String::new()),
+    }
+}
+
+/// Every pin, staging owner and named lease of the store with its verdict.
+pub fn scan(store: &Store) -> Result<Vec<LeaseInfo>> {
+    let mut out = pins(store)?;
+    out.extend(staging(store)?);
+    out.extend(named(store)?);
+    Ok(out)
+}
+
+fn pins(store: &Store) -> Result<Vec<LeaseInfo>> {
+    Ok(crate::pin::list(store)?
+        .into_iter()
+        .map(|p| {
+            let (verdict, action) = match p.state {
+                PinState::Held => (Verdict::Held, "kept"),
+                PinState::Unheld => (Verdict::Unheld, RECLAIM),
+                PinState::Invalid => (Verdict::Invalid, "kept for an operator"),
+            };
+            LeaseInfo {
+                kind: "pin".into(),
+                detail: match verdict {
+                    Verdict::Invalid if p.held => "body does not parse; lock held".into(),
+                    Verdict::Invalid => "body does not parse; lock unheld".into(),
+                    _ => format!("{}@{} {}", p.set, p.generation, p.representation),
+                },
+                key: p.key,
+                verdict,
+                holder: p.holder,
+                action: action.into(),
+            }
+        })
+        .collect())
+}
+
+fn staging(store: &Store) -> Result<Vec<LeaseInfo>> {
+    let storage = store.storage();
+    let mut out = Vec::new();
+    for name in storage.list("staging")? {
+        let Some(token) = name.strip_suffix(".owner") else {
+            continue;
+        };
+        let key = keys::staging_owner(token);
+        let (verdict, holder) = verdict(storage.probe_lease(&key)?);
+        if verdict == Verdict::Missing {
+            continue;
+        }
+        let journals = journals_of(store, token)?;
+        out.push(LeaseInfo {
+            kind: "staging".into(),
+            key,
+            verdict,
+            holder,
+            detail: format!("{} journal(s)", journals.len()),
+            action: if verdict == Verdict::Held {
+                "kept".into()
+            } else {
+                RECLAIM.into()
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// Journal keys written under `token`, in any set.
+fn journals_of(store: &Store, token: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for set in store.storage().list("journals")? {
+        let key = format!("{}/{token}.journal", keys::journal_dir(&set));
+        if store.storage().size(&key)?.is_some() {
+            out.push(key);
+        }
+    }
+    Ok(out)
+}
+
+fn named(store: &Store) -> Result<Vec<LeaseInfo>> {
+    let mut keys_: Vec<(&'static str, String)> = store
+        .sets()?
+        .into_iter()
+        .map(|s| ("writer", keys::writer_lease(&s)))
+        .collect();
+    keys_.push(("sweeper", crate::sweep::SWEEPER_LEASE.to_string()));
+    keys_.push(("deleting", crate::sweep::DELETING_LEASE.to_string()));
+    let mut out = Vec::new();
+    for (kind, key) in keys_ {
+        let (verdict, holder) = verdict(store.storage().probe_lease(&key)?);
+        if verdict == Verdict::Missing {
+            continue;
+        }
+        out.push(LeaseInfo {
+            kind: kind.into(),
+            key,
+            verdict,
+            holder,
+            detail: String::new(),
+            action: "kept (reusable lock)".into(),
+        });
+    }
+    Ok(out)
+}
+
+/// Reclaim the unheld pins and staging owners of `items` (re-probing each
+/// right before removing it); returns what was reclaimed.
+pub fn reclaim(store: &Store, items: &[LeaseInfo]) -> Result<Vec<LeaseInfo>> {
+    let storage = store.storage();
+    let mut done = Vec::new();
+    for item in items.iter().filter(|i| i.action == RECLAIM) {
+        if storage.probe_lease(&item.key)? != LeaseState::Unheld {
+            continue;
+        }
+        if item.kind == "staging" {
+            let token = item
+                .key
+                .trim_start_matches("staging/")
+                .trim_end_matches(".owner");
+            for j in journals_of(store, token)? {
+                storage.delete(&j)?;
+            }
+            storage.delete_dir(&format!("staging/{token}"))?;
+        }
+        storage.delete(&item.key)?;
+        done.push(item.clone());
+    }
+    Ok(done)
+}
+
+/// Holder of some live writer (a held staging owner: a commit or a
+/// materialization attempt), if any.
+pub fn live_writer(store: &Store) -> Result<Option<String>> {
+    for name in store.storage().list("staging")? {
+        let Some(token) = name.strip_suffix(".owner") else {
+            continue;
+        };
+        if let LeaseState::Held { holder } =
+            store.storage().probe_lease(&keys::staging_owner(token))?
+        {
+            return Ok(Some(holder));
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,823 @@
+//! Sweep: two-phase garbage collection that runs while mounts, commits and
+//! materializations go on, and never deletes what a reader or writer can
+//! still reach (invariants 4 and 5).
+//!
+//! One sweep, under the `sweep/SWEEPER.lease` (one sweeper at a time):
+//! 1. **retire** — apply each set's retention policy (RETIRED index records);
+//! 2. **residue** — probe pins and staging owners; reclaim the unheld ones;
+//! 3. **mark** — from the index (every non-retired representation of every
+//!    generation, COMMITTED or PREPARED, with the base manifests they bind),
+//!    then held pins (read *after* the index: a pin taken later re-reads the
+//!    index and fails on anything retired), then live tasks' sources and
+//!    outputs; manifests name their segments, packs and standalone blobs.
+//!    Any unreadable root aborts the sweep: nothing is deleted;
+//! 4. **condemn** — every listed manifest, segment, pack and blob not marked
+//!    is recorded in `sweep/epochs/<epoch>.condemned`, carrying the epoch and
+//!    time it was first condemned;
+//! 5. **delete** — objects condemned since an *earlier* epoch, for longer than
+//!    the grace period, and still unmarked, are deleted in batches bounded by
+//!    count and time. Each batch holds `sweep/DELETING.lease`, first checks
+//!    that no writer (a held staging owner) is live — otherwise deletion is
+//!    deferred to a later sweep — and re-marks incrementally (index records,
+//!    pins and tasks that appeared since the mark). Writers take their owner
+//!    lease and then wait while `DELETING` is held, so a writer either is
+//!    seen by the batch or starts after it: nothing a writer deduplicated
+//!    against, created or published can be deleted under it.
+//!
+//! Readers are never blocked: mark and condemn only read, and a batch is a
+//! few hundred unlinks of objects nobody can reach.
+
+use crate::compose::{load_manifest, Representation};
+use crate::error::{Error, Result};
+use crate::failpoint::Step;
+use crate::format::record::{IndexRecord, State, MAX_RECORD_BYTES};
+use crate::residue::LeaseInfo;
+use crate::row::BlobLoc;
+use crate::storage::{LeaseState, PutOutcome, TryLease};
+use crate::store::{keys, Store};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+pub const SWEEPER_LEASE: &str = "sweep/SWEEPER.lease";
+pub const DELETING_LEASE: &str = "sweep/DELETING.lease";
+const EPOCH_DIR: &str = "sweep/epochs";
+/// 1: initial layout.
+pub const CONDEMNED_VERSION: u32 = 1;
+const CONDEMNED_TAG: &str = "strata-condemned";
+const REPORT_TAG: &str = "strata-sweep-report";
+const MAX_CONDEMNED_BYTES: u64 = 1 << 30;
+const MAX_REPORT_BYTES: u64 = 64 << 20;
+/// Default grace: an object is deleted only after it stayed condemned this long.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(15 * 60);
+/// Objects deleted per batch, at most.
+pub const BATCH_COUNT: usize = 512;
+/// Time one batch may spend deleting (writers wait at most this plus a re-mark).
+pub const BATCH_TIME: Duration = Duration::from_millis(50);
+/// Pause between batches so waiting writers get in.
+const BATCH_PAUSE: Duration = Duration::from_millis(5);
+/// Packs whose live share is under this are reported for rewriting (the
+/// materialization fold repacks them).
+pub const PACK_LIVE_THRESHOLD: f64 = 0.5;
+/// How long a writer waits for a deletion batch before giving up.
+const WRITER_WAIT_MAX: Duration = Duration::from_secs(300);
+/// Epoch files (condemned lists and reports) kept besides the newest.
+const KEEP_EPOCHS: u64 = 4;
+
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
+    pub grace: Duration,
+    pub dry_run: bool,
+    /// Who sweeps (for lease holders and retirement records).
+    pub holder: String,
+}
+
+/// A count of objects and their bytes.
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
+pub struct Tally {
+    pub count: u64,
+    pub bytes: u64,
+}
+
+impl Tally {
+    fn add(&mut self, bytes: u64) {
+        self.count += 1;
+        self.bytes += bytes;
+    }
+}
+
+/// Where the store's space goes.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct Space {
+    /// Objects reachable from base representations.
+    pub live_base: Tally,
+    /// Objects reachable only from delta representations.
+    pub live_delta: Tally,
+    /// Bytes of live frames inside reachable packs.
+    pub packs_live_bytes: u64,
+    /// Bytes of reachable packs that no live row references.
+    pub packs_dead_bytes: u64,
+    pub condemned: Tally,
+    pub staging: Tally,
+}
+
+/// One reachable pack whose live share is under [`PACK_LIVE_THRESHOLD`].
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct SparsePack {
+    pub name: String,
+    pub size: u64,
+    pub live_bytes: u64,
+}
+
+/// What a sweep found and did.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct SweepReport {
+    #[serde(rename = "type")]
+    pub tag: String,
+    pub version: u32,
+    pub epoch: u64,
+    pub dry_run: bool,
+    pub grace_ms: u64,
+    pub started_ns: i64,
+    pub duration_ms: u64,
+    pub mark_ms: u64,
+    /// (set, generation) retired by retention in this sweep.
+    pub retired: Vec<(String, u64)>,
+    pub roots: Roots,
+    /// Objects listed in the store.
+    pub objects: u64,
+    /// Objects marked reachable.
+    pub marked: u64,
+    pub space: Space,
+    pub sparse_packs: Vec<SparsePack>,
+    /// Unreachable now (all, and those first condemned by this sweep).
+    pub condemned: Tally,
+    pub newly_condemned: Tally,
+    /// Condemned earlier and past the grace: what deletion attempts.
+    pub deletable: Tally,
+    pub deleted: Tally,
+    /// Why deletion stopped before the end, if it did.
+    pub deferred: Option<String>,
+    /// Pins and staging reclaimed (or, dry run, that would be).
+    pub reclaimed: Vec<LeaseInfo>,
+    /// Markers kept for an operator (invalid bodies).
+    pub invalid: Vec<LeaseInfo>,
+}
+
+/// What the mark started from.
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
+pub struct Roots {
+    pub generations: u64,
+    pub representations: u64,
+    pub pins: u64,
+    pub tasks: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Kind {
+    Manifest,
+    Segment,
+    Pack,
+    Blob,
+}
+
+impl Kind {
+    fn key(self, hex: &str) -> String {
+        match self {
+            Kind::Manifest => keys::manifest(hex),
+            Kind::Segment => keys::segment(hex),
+            Kind::Pack => keys::pack(hex),
+            Kind::Blob => keys::blob(hex),
+        }
+    }
+
+    fn code(self) -> char {
+        match self {
+            Kind::Manifest => 'm',
+            Kind::Segment => 's',
+            Kind::Pack => 'p',
+            Kind::Blob => 'b',
+        }
+    }
+
+    fn from_code(c: &str) -> Option<Kind> {
+        Some(match c {
+            "m" => Kind::Manifest,
+            "s" => Kind::Segment,
+            "p" => Kind::Pack,
+            "b" => Kind::Blob,
+            _ => return None,
+        })
+    }
+}
+
+fn digest(what: &'static str, name: &str) -> Result<[u8; 32]> {
+    let mut d = [0u8; 32];
+    match hex::decode_to_slice(name, &mut d) {
+        Ok(()) => Ok(d),
+        Err(_) => Err(Error::corrupt(
+            what,
+            name,
+            "name is not a SHA-256/BLAKE3 hex digest",
+        )),
+    }
+}
+
+/// Live frames (offset, len) per pack digest.
+type PackFrames = HashMap<[u8; 32], Vec<(u64, u64)>>;
+/// Epoch and time each condemned object was first condemned.
+type FirstCondemned = HashMap<(Kind, [u8; 32]), (u64, i64)>;
+
+/// The reachable set, built by the mark and grown by each batch's re-mark.
+#[derive(Default)]
+struct Marks {
+    objects: HashSet<(Kind, [u8; 32])>,
+    /// Root sources already read: newest index record keys, pin keys, task record keys.
+    seen: HashSet<String>,
+    /// Generations planned for retirement (a dry run marks as if retired).
+    skip: HashSet<(String, u64)>,
+    /// Live frames per reachable pack (offset, len), filled by the full mark.
+    frames: Option<PackFrames>,
+    pack_sizes: HashMap<[u8; 32], u64>,
+    space: Space,
+    roots: Roots,
+}
+
+impl Marks {
+    fn contains(&self, kind: Kind, d: &[u8; 32]) -> bool {
+        self.objects.contains(&(kind, *d))
+    }
+
+    /// Mark a manifest, what it names and the base manifest it binds.
+    fn manifest(&mut self, store: &Store, name: &str) -> Result<()> {
+        if !self
+            .objects
+            .insert((Kind::Manifest, digest("manifest", name)?))
+        {
+            return Ok(());
+        }
+        let m = load_manifest(store, name)?;
+        let base = m.representation == crate::format::manifest::RepKind::Base;
+        let tally = match base {
+            true => &mut self.space.live_base,
+            false => &mut self.space.live_delta,
+        };
+        for s in &m.segments {
+            if self
+                .objects
+                .insert((Kind::Segment, digest("segment", &s.name)?))
+            {
+                tally.add(s.size);
+            }
+        }
+        for p in &m.packs {
+            let d = digest("pack", &p.name)?;
+            if self.objects.insert((Kind::Pack, d)) {
+                tally.add(p.size);
+                self.pack_sizes.insert(d, p.size);
+            }
+        }
+        for b in &m.blobs {
+            if self.objects.insert((Kind::Blob, digest("blob", &b.name)?)) {
+                tally.add(b.size);
+            }
+        }
+        if self.frames.is_some() && !m.packs.is_empty() {
+            self.pack_frames(store, name)?;
+        }
+        if let Some(b) = &m.base {
+            self.manifest(store, &b.manifest)?;
+        }
+        Ok(())
+    }
+
+    fn pack_frames(&mut self, store: &Store, name: &str) -> Result<()> {
+        let rep = Representation::open(store, name)?;
+        let frames = self.frames.get_or_insert_with(HashMap::new);
+        rep.blob_refs(|_, loc| {
+            if let BlobLoc::Packed {
+                pack, offset, len, ..
+            } = loc
+            {
+                frames.entry(pack).or_default().push((offset, len));
+            }
+            true
+        })
+    }
+
+    /// Mark from the index: every generation's newest record not yet read.
+    fn index(&mut self, store: &Store) -> Result<()> {
+        for set in store.sets()? {
+            let mut newest: BTreeMap<u64, u32> = BTreeMap::new();
+            for name in store.storage().list(&keys::index_dir(&set))? {
+                if let Some((g, v)) = IndexRecord::parse_name(&name) {
+                    let e = newest.entry(g).or_insert(v);
+                    *e = (*e).max(v);
+                }
+            }
+            for (g, v) in newest {
+                let key = IndexRecord::key(&set, g, v);
+                if self.seen.insert(key.clone()) {
+                    self.record(store, &set, &key)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, store: &Store, set: &str, key: &str) -> Result<()> {
+        let bytes = store.storage().get(key, MAX_RECORD_BYTES)?;
+        let r = IndexRecord::decode(key, &bytes)?;
+        if r.state == State::Retired || self.skip.contains(&(set.to_string(), r.generation)) {
+            return Ok(());
+        }
+        self.roots.generations += 1;
+        for rep in r
+            .representations
+            .iter()
+            .filter(|x| x.state != State::Retired)
+        {
+            self.roots.representations += 1;
+            self.manifest(store, &rep.manifest)?;
+        }
+        Ok(())
+    }
+
+    /// Mark from pins not yet read. A held pin whose manifest cannot be
+    /// read, or whose body does not parse, is an unreadable root.
+    fn pins(&mut self, store: &Store) -> Result<()> {
+        for p in crate::pin::list(store)? {
+            if !self.seen.insert(p.key.clone()) {
+                continue;
+            }
+            match p.state {
+                crate::pin::PinState::Invalid if p.held => {
+                    return Err(Error::corrupt(
+                        "pin",
+                        &p.key,
+                        "held pin with an unreadable body",
+                    ))
+                }
+                crate::pin::PinState::Invalid => {}
+                _ => {
+                    self.roots.pins += 1;
+                    if let Err(e) = self.manifest(store, &p.manifest) {
+                        if p.state == crate::pin::PinState::Held {
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Mark sources and outputs of tasks that are not final. A source or
+    /// output already gone is the task's to discover (SOURCE_RETIRED or a
+    /// refold), not a reason to stop the sweep.
+    fn tasks(&mut self, store: &Store) -> Result<()> {
+        for t in crate::task::Tasks::new(store).list()? {
+            let key = crate::task::TaskRecord::key(&t.id, t.record);
+            if t.state.is_final() || !self.seen.insert(key) {
+                continue;
+            }
+            self.roots.tasks += 1;
+            let names = t.sources.iter().map(|s| s.manifest.clone());
+            for name in names.chain(t.output.clone()) {
+                match self.manifest(store, &name) {
+                    Err(e) if e.is_not_found() => {}
+                    other => other?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every root, index first, then pins, then tasks.
+    fn roots(&mut self, store: &Store) -> Result<()> {
+        self.index(store)?;
+        self.pins(store)?;
+        self.tasks(store)
+    }
+
+    /// Live and dead bytes of reachable packs, and the sparse ones.
+    fn pack_liveness(&mut self) -> Vec<SparsePack> {
+        let mut sparse = Vec::new();
+        let frames = self.frames.take().unwrap_or_default();
+        for (pack, size) in &self.pack_sizes {
+            let mut f = frames.get(pack).cloned().unwrap_or_default();
+            f.sort_unstable();
+            f.dedup();
+            let live: u64 = f.iter().map(|&(_, len)| len).sum::<u64>().min(*size);
+            self.space.packs_live_bytes += live;
+            self.space.packs_dead_bytes += size - live;
+            if (live as f64) < (*size as f64) * PACK_LIVE_THRESHOLD {
+                sparse.push(SparsePack {
+                    name: hex::encode(pack),
+                    size: *size,
+                    live_bytes: live,
+                });
+            }
+        }
+        sparse.sort_by(|a, b| a.name.cmp(&b.name));
+        sparse
+    }
+}
+
+/// One unreachable object.
+#[derive(Debug, Clone)]
+struct Condemned {
+    kind: Kind,
+    digest: [u8; 32],
+    size: u64,
+    first_epoch: u64,
+    first_ns: i64,
+}
+
+impl Condemned {
+    fn key(&self) -> String {
+        self.kind.key(&hex::encode(self.digest))
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{} {} {} {} {}\n",
+            self.kind.code(),
+            hex::encode(self.digest),
+            self.size,
+            self.first_epoch,
+            self.first_ns
+        )
+    }
+}
+
+#[derive(Serialize, serde::Deserialize)]
+struct CondemnedHeader {
+    #[serde(rename = "type")]
+    tag: String,
+    version: u32,
+    epoch: u64,
+    written_ns: i64,
+    count: u64,
+}
+
+fn epoch_key(epoch: u64, what: &str) -> String {
+    format!("{EPOCH_DIR}/{epoch:020}.{what}")
+}
+
+/// Epochs with a condemned list, ascending.
+fn epochs(store: &Store) -> Result<Vec<u64>> {
+    let mut out: Vec<u64> = store
+        .storage()
+        .list(EPOCH_DIR)?
+        .iter()
+        .filter_map(|n| n.strip_suffix(".condemned")?.parse().ok())
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// The condemned list of `epoch`: first-condemned epoch and time per object.
+fn load_condemned(store: &Store, epoch: u64) -> Result<FirstCondemned> {
+    let key = epoch_key(epoch, "condemned");
+    let bytes = store.storage().get(&key, MAX_CONDEMNED_BYTES)?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| Error::corrupt("condemned list", &key, "not UTF-8"))?;
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or("");
+    let h: CondemnedHeader = crate::format::parse_versioned(
+        "condemned list",
+        &key,
+        CONDEMNED_TAG,
+        CONDEMNED_VERSION,
+        header.as_bytes(),
+    )?;
+    let mut out = HashMap::new();
+    for line in lines {
+        let bad = || Error::corrupt("condemned list", &key, format!("bad line `{line}`"));
+        let f: Vec<&str> = line.split(' ').collect();
+        let [code, hexd, _size, first_epoch, first_ns] = f[..] else {
+            return Err(bad());
+        };
+        let kind = Kind::from_code(code).ok_or_else(bad)?;
+        let d = digest("condemned object", hexd)?;
+        let fe: u64 = first_epoch.parse().map_err(|_| bad())?;
+        let fns: i64 = first_ns.parse().map_err(|_| bad())?;
+        out.insert((kind, d), (fe, fns));
+    }
+    if out.len() as u64 != h.count || h.epoch != epoch {
+        return Err(Error::corrupt(
+            "condemned list",
+            &key,
+            "count or epoch differs from its header",
+        ));
+    }
+    Ok(out)
+}
+
+/// Every stored object that is not marked.
+fn unreachable(
+    store: &Store,
+    marks: &Marks,
+    prev: &FirstCondemned,
+    epoch: u64,
+    now: i64,
+) -> Result<(Vec<Condemned>, u64)> {
+    let storage = store.storage();
+    let mut dirs = vec![(Kind::Manifest, "manifests".to_string(), ".json")];
+    for (kind, top, ext) in [
+        (Kind::Segment, "segments", ".parquet"),
+        (Kind::Pack, "packs", ".pack"),
+        (Kind::Blob, "blobs", ""),
+    ] {
+        for sub in storage.list(top)? {
+            dirs.push((kind, format!("{top}/{sub}"), ext));
+        }
+    }
+    let mut out = Vec::new();
+    let mut listed = 0;
+    for (kind, dir, ext) in dirs {
+        for (name, size) in storage.list_sizes(&dir)? {
+            let Some(d) = name
+                .strip_suffix(ext)
+                .and_then(|h| digest("object", h).ok())
+            else {
+                continue;
+            };
+            listed += 1;
+            if marks.contains(kind, &d) {
+                continue;
+            }
+            let (first_epoch, first_ns) = prev.get(&(kind, d)).copied().unwrap_or((epoch, now));
+            out.push(Condemned {
+                kind,
+                digest: d,
+                size,
+                first_epoch,
+                first_ns,
+            });
+        }
+    }
+    Ok((out, listed))
+}
+
+fn write_condemned(store: &Store, epoch: u64, list: &[Condemned], now: i64) -> Result<()> {
+    let header = CondemnedHeader {
+        tag: CONDEMNED_TAG.into(),
+        version: CONDEMNED_VERSION,
+        epoch,
+        written_ns: now,
+        count: list.len() as u64,
+    };
+    let mut text = serde_json::to_string(&header).map_err(|e| Error::Internal(e.to_string()))?;
+    text.push('\n');
+    for c in list {
+        text.push_str(&c.line());
+    }
+    create_epoch_file(store, &epoch_key(epoch, "condemned"), text.as_bytes())
+}
+
+fn create_epoch_file(store: &Store, key: &str, bytes: &[u8]) -> Result<()> {
+    match store.storage().put_if_absent(key, bytes)? {
+        PutOutcome::Created => Ok(()),
+        PutOutcome::AlreadyExists => Err(Error::Conflict(format!(
+            "another sweep wrote this epoch first: key=`{key}`"
+        ))),
+    }
+}
+
+/// Take the sweeper lease or report who holds it.
+fn take_sweeper(store: &Store, holder: &str) -> Result<Box<dyn crate::storage::Lease>> {
+    match store.storage().lease(SWEEPER_LEASE, holder, false)? {
+        TryLease::Acquired(l) => Ok(l),
+        TryLease::Busy { holder } => Err(Error::Conflict(format!(
+            "another sweep is running: holder=`{holder}`"
+        ))),
+    }
+}
+
+/// Called by every writer right after it took its owner lease: wait while a
+/// deletion batch runs (see the module docs for why this suffices).
+pub(crate) fn wait_while_deleting(store: &Store) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        match store.storage().probe_lease(DELETING_LEASE)? {
+            LeaseState::Held { holder } if start.elapsed() > WRITER_WAIT_MAX => {
+                return Err(Error::Conflict(format!(
+                    "a sweep's deletion batch did not end: holder=`{holder}`"
+                )))
+            }
+            LeaseState::Held { .. } => std::thread::sleep(Duration::from_millis(2)),
+            LeaseState::Unheld | LeaseState::Missing => return Ok(()),
+        }
+    }
+}
+
+/// Run one sweep (see the module docs for the steps).
+pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
+    let started = Instant::now();
+    let now = crate::token::now_ns();
+    let _sweeper = take_sweeper(store, &opts.holder)?;
+    let mut report = SweepReport {
+        tag: REPORT_TAG.into(),
+        version: CONDEMNED_VERSION,
+        dry_run: opts.dry_run,
+        grace_ms: opts.grace.as_millis() as u64,
+        started_ns: now,
+        ..SweepReport::default()
+    };
+    let mut marks = Marks {
+        frames: Some(HashMap::new()),
+        ..Marks::default()
+    };
+    retire(store, opts, &mut report, &mut marks)?;
+    residue(store, opts, &mut report)?;
+    let mark_start = Instant::now();
+    marks.roots(store).map_err(|e| root_unreadable(e, "mark"))?;
+    report.sparse_packs = marks.pack_liveness();
+    report.mark_ms = mark_start.elapsed().as_millis() as u64;
+    report.marked = marks.objects.len() as u64;
+    report.roots = marks.roots;
+    let known = epochs(store)?;
+    let epoch = known.last().map_or(1, |e| e + 1);
+    report.epoch = epoch;
+    let prev = match known.last() {
+        Some(&e) => load_condemned(store, e)?,
+        None => HashMap::new(),
+    };
+    let (condemned, listed) = unreachable(store, &marks, &prev, epoch, now)?;
+    report.objects = listed;
+    let grace_ns = opts.grace.as_nanos().min(i64::MAX as u128) as i64;
+    let mut deletable = Vec::new();
+    for c in &condemned {
+        report.condemned.add(c.size);
+        if c.first_epoch == epoch {
+            report.newly_condemned.add(c.size);
+        } else if now.saturating_sub(c.first_ns) >= grace_ns {
+            report.deletable.add(c.size);
+            deletable.push(c.clone());
+        }
+    }
+    report.space = marks.space.clone();
+    report.space.condemned = report.condemned;
+    report.space.staging = staging_space(store)?;
+    if opts.dry_run {
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        return Ok(report);
+    }
+    write_condemned(store, epoch, &condemned, now)?;
+    store.failpoints().hit(Step::Condemned)?;
+    delete(store, opts, &mut marks, &deletable, &mut report)?;
+    report.space.condemned.count -= report.deleted.count;
+    report.space.condemned.bytes -= report.deleted.bytes;
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    finish(store, epoch, &known, &report)?;
+    Ok(report)
+}
+
+fn root_unreadable(e: Error, during: &str) -> Error {
+    Error::Corrupt {
+        what: "sweep root",
+        file: during.to_string(),
+        check: format!(
+            "a root could not be read, so this sweep deletes nothing: {}",
+            crate::cli_chain(&e)
+        ),
+    }
+}
+
+/// Step 1: retention. A dry run only plans (and marks as if retired).
+fn retire(
+    store: &Store,
+    opts: &SweepOptions,
+    report: &mut SweepReport,
+    marks: &mut Marks,
+) -> Result<()> {
+    for set in store.sets()? {
+        let plan = crate::retain::plan(store, &set, crate::token::now_ns())?;
+        if opts.dry_run {
+            for &g in &plan.retire {
+                marks.skip.insert((set.clone(), g));
+                report.retired.push((set.clone(), g));
+            }
+            continue;
+        }
+        for g in crate::retain::apply(store, &plan, &opts.holder)? {
+            report.retired.push((set.clone(), g));
+        }
+    }
+    if !opts.dry_run {
+        store.failpoints().hit(Step::Retired)?;
+    }
+    Ok(())
+}
+
+/// Step 2: probe and reclaim residue.
+fn residue(store: &Store, opts: &SweepOptions, report: &mut SweepReport) -> Result<()> {
+    let items = crate::residue::scan(store)?;
+    report.invalid = items
+        .iter()
+        .filter(|i| i.verdict == crate::residue::Verdict::Invalid)
+        .cloned()
+        .collect();
+    report.reclaimed = match opts.dry_run {
+        true => items
+            .into_iter()
+            .filter(|i| i.action == crate::residue::RECLAIM)
+            .collect(),
+        false => crate::residue::reclaim(store, &items)?,
+    };
+    if !opts.dry_run {
+        store.failpoints().hit(Step::ResidueReclaimed)?;
+    }
+    Ok(())
+}
+
+/// Bytes in staging directories (live or not yet reclaimed).
+fn staging_space(store: &Store) -> Result<Tally> {
+    let mut t = Tally::default();
+    for name in store.storage().list("staging")? {
+        if name.ends_with(".owner") {
+            continue;
+        }
+        for (_, size) in store.storage().list_sizes(&format!("staging/{name}"))? {
+            t.add(size);
+        }
+    }
+    Ok(t)
+}
+
+/// Step 5: delete in batches, each under the DELETING lease, with no live
+/// writer, after an incremental re-mark.
+fn delete(
+    store: &Store,
+    opts: &SweepOptions,
+    marks: &mut Marks,
+    deletable: &[Condemned],
+    report: &mut SweepReport,
+) -> Result<()> {
+    let mut next = 0;
+    while next < deletable.len() {
+        let _deleting = match store.storage().lease(DELETING_LEASE, &opts.holder, true)? {
+            TryLease::Acquired(l) => l,
+            TryLease::Busy { holder } => {
+                return Err(Error::Internal(format!(
+                    "waited for the deleting lease but did not get it: holder=`{holder}`"
+                )))
+            }
+        };
+        store.failpoints().hit(Step::Deleting)?;
+        if let Some(holder) = crate::residue::live_writer(store)? {
+            report.deferred = Some(format!(
+                "{} object(s) left for a later sweep: a writer is live ({holder})",
+                deletable.len() - next
+            ));
+            return Ok(());
+        }
+        marks
+            .roots(store)
+            .map_err(|e| root_unreadable(e, "re-mark before deleting"))?;
+        next = delete_batch(store, marks, deletable, next, report)?;
+        drop(_deleting);
+        store.failpoints().hit(Step::BatchDeleted)?;
+        std::thread::sleep(BATCH_PAUSE);
+    }
+    Ok(())
+}
+
+/// Delete from `deletable[next..]` up to the batch bounds; returns the next index.
+fn delete_batch(
+    store: &Store,
+    marks: &Marks,
+    deletable: &[Condemned],
+    mut next: usize,
+    report: &mut SweepReport,
+) -> Result<usize> {
+    let start = Instant::now();
+    let mut n = 0;
+    while next < deletable.len() && n < BATCH_COUNT && start.elapsed() < BATCH_TIME {
+        let c = &deletable[next];
+        next += 1;
+        if marks.contains(c.kind, &c.digest) {
+            continue;
+        }
+        store.storage().delete(&c.key())?;
+        report.deleted.add(c.size);
+        n += 1;
+    }
+    Ok(next)
+}
+
+/// Write the report, forget old epochs.
+fn finish(store: &Store, epoch: u64, known: &[u64], report: &SweepReport) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(report).map_err(|e| Error::Internal(e.to_string()))?;
+    create_epoch_file(store, &epoch_key(epoch, "report.json"), &bytes)?;
+    store.failpoints().hit(Step::Swept)?;
+    for &old in known.iter().filter(|&&e| e + KEEP_EPOCHS < epoch) {
+        store.storage().delete(&epoch_key(old, "condemned"))?;
+        store.storage().delete(&epoch_key(old, "report.json"))?;
+    }
+    Ok(())
+}
+
+/// The newest sweep report, if any sweep finished.
+pub fn last_report(store: &Store) -> Result<Option<SweepReport>> {
+    let mut names: Vec<String> = store
+        .storage()
+        .list(EPOCH_DIR)?
+        .into_iter()
+        .filter(|n| n.ends_with(".report.json"))
+        .collect();
+    names.sort();
+    let Some(name) = names.pop() else {
+        return Ok(None);
+    };
+    let key = format!("{EPOCH_DIR}/{name}");
+    let bytes = store.storage().get(&key, MAX_REPORT_BYTES)?;
+    let r: SweepReport = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::corrupt("sweep report", &key, e.to_string()))?;
+    if r.tag != REPORT_TAG {
+        return Err(Error::corrupt("sweep report", &key, "wrong type tag"));
+    }
+    Ok(Some(r))
+}
