@@ -13,10 +13,11 @@ use crate::error::{Error, Result};
 use crate::format::parse_versioned;
 use crate::format::record::{IndexRecord, State};
 use crate::index::GenIndex;
-use crate::storage::CasOutcome;
+use crate::storage::{CasOutcome, Lease, TryLease};
 use crate::store::{check_set_name, Store};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::ops::Bound::{Excluded, Unbounded};
 
 /// 1: initial layout.
 pub const RETENTION_VERSION: u32 = 1;
@@ -47,6 +48,18 @@ struct PolicyRecord {
 
 fn key(set: &str) -> String {
     format!("sets/{set}/retention.json")
+}
+
+/// Hold the set's retention lock: tagging and retiring take it, so a tag
+/// created while retention decides is seen before anything is retired.
+pub(crate) fn lock(store: &Store, set: &str, holder: &str) -> Result<Box<dyn Lease>> {
+    let key = format!("sets/{set}/RETAIN.lease");
+    match store.storage().lease(&key, holder, true)? {
+        TryLease::Acquired(l) => Ok(l),
+        TryLease::Busy { holder } => Err(Error::Conflict(format!(
+            "retention lock busy: set=`{set}` holder=`{holder}`"
+        ))),
+    }
 }
 
 /// The stored policy of `set`, `None` when it keeps everything.
@@ -116,6 +129,8 @@ pub enum Keep {
     LastN,
     Within,
     NoPolicy,
+    /// A new representation is being published (decided again next time).
+    Materializing,
 }
 
 /// The decision for every COMMITTED generation of a set.
@@ -125,11 +140,18 @@ pub struct Plan {
     pub policy: Option<Policy>,
     pub keep: BTreeMap<u64, Vec<Keep>>,
     pub retire: Vec<u64>,
+    /// The record each retirement was decided on.
+    #[serde(skip)]
+    decided: BTreeMap<u64, IndexRecord>,
 }
 
-/// Decide what `set` keeps at `now_ns` (nothing is written).
+/// Decide what `set` keeps at `now_ns` under its stored policy (nothing is written).
 pub fn plan(store: &Store, set: &str, now_ns: i64) -> Result<Plan> {
-    let policy = load(store, set)?;
+    plan_with(store, set, load(store, set)?, now_ns)
+}
+
+/// Decide what `set` would keep under `policy` (`None`: keep everything).
+pub fn plan_with(store: &Store, set: &str, policy: Option<Policy>, now_ns: i64) -> Result<Plan> {
     let committed: BTreeMap<u64, IndexRecord> = GenIndex::new(store, set)
         .all()?
         .into_iter()
@@ -146,21 +168,24 @@ pub fn plan(store: &Store, set: &str, now_ns: i64) -> Result<Plan> {
             .push(Keep::Tagged(t.name));
     }
     for (&g, r) in &committed {
+        if r.representations.iter().any(|x| x.state == State::Prepared) {
+            keep.entry(g).or_default().push(Keep::Materializing);
+        }
         if let Some(why) = policy_keeps(policy, &committed, g, r, now_ns) {
             keep.entry(g).or_default().push(why);
         }
     }
     keep.retain(|g, _| committed.contains_key(g));
-    let retire = committed
-        .keys()
-        .copied()
-        .filter(|g| !keep.contains_key(g))
+    let decided: BTreeMap<u64, IndexRecord> = committed
+        .into_iter()
+        .filter(|(g, _)| !keep.contains_key(g))
         .collect();
     Ok(Plan {
         set: set.to_string(),
         policy,
         keep,
-        retire,
+        retire: decided.keys().copied().collect(),
+        decided,
     })
 }
 
@@ -171,11 +196,11 @@ fn policy_keeps(
     r: &IndexRecord,
     now_ns: i64,
 ) -> Option<Keep> {
-    let Some(p) = policy else {
+    let Some(p) = policy.filter(|p| p.keep_last.is_some() || p.keep_within_s.is_some()) else {
         return Some(Keep::NoPolicy);
     };
     if let Some(n) = p.keep_last {
-        let newer = committed.range(g + 1..).count() as u64;
+        let newer = committed.range((Excluded(g), Unbounded)).count() as u64;
         if newer < n {
             return Some(Keep::LastN);
         }
@@ -190,29 +215,29 @@ fn policy_keeps(
     None
 }
 
-/// Retire what `plan` decided; returns the generations actually retired
-/// (one that changed meanwhile — re-tagged, materialized, now latest — is
-/// skipped and decided again next time).
+/// Retire what `plan` decided; returns the generations actually retired.
+/// One that changed since (a new record, e.g. a materialization in flight),
+/// got a tag, or became latest is skipped and decided again next time.
 pub fn apply(store: &Store, plan: &Plan, owner: &str) -> Result<Vec<u64>> {
+    if plan.decided.is_empty() {
+        return Ok(Vec::new());
+    }
+    let _lock = lock(store, &plan.set, owner)?;
+    let tagged: Vec<u64> = crate::tag::list(store, &plan.set)?
+        .iter()
+        .map(|t| t.generation)
+        .collect();
     let index = GenIndex::new(store, &plan.set);
     let mut retired = Vec::new();
-    for &g in &plan.retire {
-        let current = index.load(g)?;
-        if current.state != State::Committed || still_tagged(store, &plan.set, g)? {
+    for (g, decided) in &plan.decided {
+        if tagged.contains(g) {
             continue;
         }
-        match index.retire(&current, owner) {
-            Ok(_) => retired.push(g),
+        match index.retire(decided, owner) {
+            Ok(_) => retired.push(*g),
             Err(e) if e.kind() == crate::error::ErrorKind::Conflict => {}
             Err(e) => return Err(e),
         }
     }
     Ok(retired)
-}
-
-/// A tag created after planning keeps its generation.
-fn still_tagged(store: &Store, set: &str, g: u64) -> Result<bool> {
-    Ok(crate::tag::list(store, set)?
-        .iter()
-        .any(|t| t.generation == g))
 }

@@ -27,9 +27,10 @@
 //! Readers are never blocked: mark and condemn only read, and a batch is a
 //! few hundred unlinks of objects nobody can reach.
 
-use crate::compose::{load_manifest, Representation};
+use crate::compose::Representation;
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
+use crate::format::manifest::{Manifest, RepKind, MAX_MANIFEST_BYTES};
 use crate::format::record::{IndexRecord, State, MAX_RECORD_BYTES};
 use crate::residue::LeaseInfo;
 use crate::row::BlobLoc;
@@ -61,6 +62,8 @@ const BATCH_PAUSE: Duration = Duration::from_millis(5);
 pub const PACK_LIVE_THRESHOLD: f64 = 0.5;
 /// How long a writer waits for a deletion batch before giving up.
 const WRITER_WAIT_MAX: Duration = Duration::from_secs(300);
+/// Attempts to take the sweeper lease, 10 ms apart.
+const SWEEPER_TRIES: usize = 20;
 /// Epoch files (condemned lists and reports) kept besides the newest.
 const KEEP_EPOCHS: u64 = 4;
 
@@ -121,6 +124,8 @@ pub struct SweepReport {
     pub started_ns: i64,
     pub duration_ms: u64,
     pub mark_ms: u64,
+    /// Rows read by the mark (for pack live ratios).
+    pub mark_rows: u64,
     /// (set, generation) retired by retention in this sweep.
     pub retired: Vec<(String, u64)>,
     pub roots: Roots,
@@ -138,6 +143,9 @@ pub struct SweepReport {
     pub deleted: Tally,
     /// Why deletion stopped before the end, if it did.
     pub deferred: Option<String>,
+    /// Problems that did not stop the sweep.
+    #[serde(default)]
+    pub warnings: Vec<String>,
     /// Pins and staging reclaimed (or, dry run, that would be).
     pub reclaimed: Vec<LeaseInfo>,
     /// Markers kept for an operator (invalid bodies).
@@ -208,59 +216,58 @@ type PackFrames = HashMap<[u8; 32], Vec<(u64, u64)>>;
 /// Epoch and time each condemned object was first condemned.
 type FirstCondemned = HashMap<(Kind, [u8; 32]), (u64, i64)>;
 
+/// A marked object: its size and whether a base representation reaches it.
+#[derive(Clone, Copy)]
+struct Obj {
+    size: u64,
+    base: bool,
+}
+
 /// The reachable set, built by the mark and grown by each batch's re-mark.
 #[derive(Default)]
 struct Marks {
-    objects: HashSet<(Kind, [u8; 32])>,
+    objects: HashMap<(Kind, [u8; 32]), Obj>,
     /// Root sources already read: newest index record keys, pin keys, task record keys.
     seen: HashSet<String>,
     /// Generations planned for retirement (a dry run marks as if retired).
     skip: HashSet<(String, u64)>,
-    /// Live frames per reachable pack (offset, len), filled by the full mark.
+    /// Live frames per reachable pack, filled by the full mark.
     frames: Option<PackFrames>,
-    pack_sizes: HashMap<[u8; 32], u64>,
-    space: Space,
     roots: Roots,
+    rows: u64,
 }
 
 impl Marks {
     fn contains(&self, kind: Kind, d: &[u8; 32]) -> bool {
-        self.objects.contains(&(kind, *d))
+        self.objects.contains_key(&(kind, *d))
     }
 
-    /// Mark a manifest, what it names and the base manifest it binds.
+    fn mark(&mut self, kind: Kind, d: [u8; 32], size: u64, base: bool) {
+        let o = self.objects.entry((kind, d)).or_insert(Obj { size, base });
+        o.base |= base;
+    }
+
+    /// Mark a manifest, what it names and the base manifest it binds. The
+    /// manifest itself is marked last, so one that failed to load (or whose
+    /// base failed) is expanded again by the next root that names it.
     fn manifest(&mut self, store: &Store, name: &str) -> Result<()> {
-        if !self
-            .objects
-            .insert((Kind::Manifest, digest("manifest", name)?))
-        {
+        let d = digest("manifest", name)?;
+        if self.contains(Kind::Manifest, &d) {
             return Ok(());
         }
-        let m = load_manifest(store, name)?;
-        let base = m.representation == crate::format::manifest::RepKind::Base;
-        let tally = match base {
-            true => &mut self.space.live_base,
-            false => &mut self.space.live_delta,
-        };
+        let bytes = store
+            .storage()
+            .get(&keys::manifest(name), MAX_MANIFEST_BYTES)?;
+        let m = Manifest::decode(name, &bytes)?;
+        let base = m.representation == RepKind::Base;
         for s in &m.segments {
-            if self
-                .objects
-                .insert((Kind::Segment, digest("segment", &s.name)?))
-            {
-                tally.add(s.size);
-            }
+            self.mark(Kind::Segment, digest("segment", &s.name)?, s.size, base);
         }
         for p in &m.packs {
-            let d = digest("pack", &p.name)?;
-            if self.objects.insert((Kind::Pack, d)) {
-                tally.add(p.size);
-                self.pack_sizes.insert(d, p.size);
-            }
+            self.mark(Kind::Pack, digest("pack", &p.name)?, p.size, base);
         }
         for b in &m.blobs {
-            if self.objects.insert((Kind::Blob, digest("blob", &b.name)?)) {
-                tally.add(b.size);
-            }
+            self.mark(Kind::Blob, digest("blob", &b.name)?, b.size, base);
         }
         if self.frames.is_some() && !m.packs.is_empty() {
             self.pack_frames(store, name)?;
@@ -268,13 +275,16 @@ impl Marks {
         if let Some(b) = &m.base {
             self.manifest(store, &b.manifest)?;
         }
+        self.mark(Kind::Manifest, d, bytes.len() as u64, base);
         Ok(())
     }
 
     fn pack_frames(&mut self, store: &Store, name: &str) -> Result<()> {
         let rep = Representation::open(store, name)?;
         let frames = self.frames.get_or_insert_with(HashMap::new);
+        let rows = &mut self.rows;
         rep.blob_refs(|_, loc| {
+            *rows += 1;
             if let BlobLoc::Packed {
                 pack, offset, len, ..
             } = loc
@@ -340,7 +350,7 @@ impl Marks {
                 }
                 crate::pin::PinState::Invalid => {}
                 _ => {
-                    self.roots.pins += 1;
+                    self.roots.pins += u64::from(p.held);
                     if let Err(e) = self.manifest(store, &p.manifest) {
                         if p.state == crate::pin::PinState::Held {
                             return Err(e);
@@ -380,27 +390,36 @@ impl Marks {
         self.tasks(store)
     }
 
-    /// Live and dead bytes of reachable packs, and the sparse ones.
-    fn pack_liveness(&mut self) -> Vec<SparsePack> {
+    /// Space by category, live and dead bytes of reachable packs, and the
+    /// sparse packs.
+    fn space(&mut self) -> (Space, Vec<SparsePack>) {
+        let mut space = Space::default();
         let mut sparse = Vec::new();
         let frames = self.frames.take().unwrap_or_default();
-        for (pack, size) in &self.pack_sizes {
-            let mut f = frames.get(pack).cloned().unwrap_or_default();
+        for (&(kind, d), o) in &self.objects {
+            match o.base {
+                true => space.live_base.add(o.size),
+                false => space.live_delta.add(o.size),
+            }
+            if kind != Kind::Pack {
+                continue;
+            }
+            let mut f = frames.get(&d).cloned().unwrap_or_default();
             f.sort_unstable();
             f.dedup();
-            let live: u64 = f.iter().map(|&(_, len)| len).sum::<u64>().min(*size);
-            self.space.packs_live_bytes += live;
-            self.space.packs_dead_bytes += size - live;
-            if (live as f64) < (*size as f64) * PACK_LIVE_THRESHOLD {
+            let live: u64 = f.iter().map(|&(_, len)| len).sum::<u64>().min(o.size);
+            space.packs_live_bytes += live;
+            space.packs_dead_bytes += o.size - live;
+            if (live as f64) < (o.size as f64) * PACK_LIVE_THRESHOLD {
                 sparse.push(SparsePack {
-                    name: hex::encode(pack),
-                    size: *size,
+                    name: hex::encode(d),
+                    size: o.size,
                     live_bytes: live,
                 });
             }
         }
         sparse.sort_by(|a, b| a.name.cmp(&b.name));
-        sparse
+        (space, sparse)
     }
 }
 
@@ -567,13 +586,20 @@ fn create_epoch_file(store: &Store, key: &str, bytes: &[u8]) -> Result<()> {
 }
 
 /// Take the sweeper lease or report who holds it.
+/// A lease probe (`strata leases`) holds the lock for an instant, so a busy
+/// answer is retried for a moment before it means another sweeper.
 fn take_sweeper(store: &Store, holder: &str) -> Result<Box<dyn crate::storage::Lease>> {
-    match store.storage().lease(SWEEPER_LEASE, holder, false)? {
-        TryLease::Acquired(l) => Ok(l),
-        TryLease::Busy { holder } => Err(Error::Conflict(format!(
-            "another sweep is running: holder=`{holder}`"
-        ))),
+    let mut last = String::new();
+    for _ in 0..SWEEPER_TRIES {
+        match store.storage().lease(SWEEPER_LEASE, holder, false)? {
+            TryLease::Acquired(l) => return Ok(l),
+            TryLease::Busy { holder } => last = holder,
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
+    Err(Error::Conflict(format!(
+        "another sweep is running: holder=`{last}`"
+    )))
 }
 
 /// Called by every writer right after it took its owner lease: wait while a
@@ -614,17 +640,25 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
     residue(store, opts, &mut report)?;
     let mark_start = Instant::now();
     marks.roots(store).map_err(|e| root_unreadable(e, "mark"))?;
-    report.sparse_packs = marks.pack_liveness();
+    let (space, sparse) = marks.space();
+    report.sparse_packs = sparse;
     report.mark_ms = mark_start.elapsed().as_millis() as u64;
     report.marked = marks.objects.len() as u64;
+    report.mark_rows = marks.rows;
     report.roots = marks.roots;
     let known = epochs(store)?;
-    let epoch = known.last().map_or(1, |e| e + 1);
-    report.epoch = epoch;
-    let prev = match known.last() {
-        Some(&e) => load_condemned(store, e)?,
-        None => HashMap::new(),
+    let epoch = match known.last() {
+        None => 1,
+        Some(e) => e.checked_add(1).ok_or_else(|| {
+            Error::corrupt(
+                "sweep epoch",
+                EPOCH_DIR,
+                "the newest epoch cannot be followed",
+            )
+        })?,
     };
+    report.epoch = epoch;
+    let prev = previous_condemned(store, known.last().copied(), &mut report);
     let (condemned, listed) = unreachable(store, &marks, &prev, epoch, now)?;
     report.objects = listed;
     let grace_ns = opts.grace.as_nanos().min(i64::MAX as u128) as i64;
@@ -638,7 +672,7 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
             deletable.push(c.clone());
         }
     }
-    report.space = marks.space.clone();
+    report.space = space;
     report.space.condemned = report.condemned;
     report.space.staging = staging_space(store)?;
     if opts.dry_run {
@@ -653,6 +687,26 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
     report.duration_ms = started.elapsed().as_millis() as u64;
     finish(store, epoch, &known, &report)?;
     Ok(report)
+}
+
+/// The previous epoch's condemned list; an unreadable one only restarts the
+/// grace of every object (they all count as newly condemned), so it is
+/// reported and the sweep goes on.
+fn previous_condemned(
+    store: &Store,
+    epoch: Option<u64>,
+    report: &mut SweepReport,
+) -> FirstCondemned {
+    let Some(e) = epoch else {
+        return HashMap::new();
+    };
+    load_condemned(store, e).unwrap_or_else(|err| {
+        report.warnings.push(format!(
+            "previous condemned list unreadable, grace restarts: {}",
+            crate::cli_chain(&err)
+        ));
+        HashMap::new()
+    })
 }
 
 fn root_unreadable(e: Error, during: &str) -> Error {
@@ -716,12 +770,24 @@ fn residue(store: &Store, opts: &SweepOptions, report: &mut SweepReport) -> Resu
 /// Bytes in staging directories (live or not yet reclaimed).
 fn staging_space(store: &Store) -> Result<Tally> {
     let mut t = Tally::default();
-    for name in store.storage().list("staging")? {
-        if name.ends_with(".owner") {
-            continue;
+    let mut dirs = vec!["staging".to_string()];
+    while let Some(dir) = dirs.pop() {
+        // Live attempts create and remove entries meanwhile: a name that
+        // turned out to be a file, or vanished, is only not counted.
+        let files = match store.storage().list_sizes(&dir) {
+            Ok(f) => f,
+            Err(_) if dir != "staging" => continue,
+            Err(e) => return Err(e),
+        };
+        for (name, size) in &files {
+            if !name.ends_with(".owner") {
+                t.add(*size);
+            }
         }
-        for (_, size) in store.storage().list_sizes(&format!("staging/{name}"))? {
-            t.add(size);
+        for name in store.storage().list(&dir)? {
+            if files.binary_search_by(|(n, _)| n.cmp(&name)).is_err() {
+                dirs.push(format!("{dir}/{name}"));
+            }
         }
     }
     Ok(t)
@@ -793,7 +859,10 @@ fn finish(store: &Store, epoch: u64, known: &[u64], report: &SweepReport) -> Res
     let bytes = serde_json::to_vec_pretty(report).map_err(|e| Error::Internal(e.to_string()))?;
     create_epoch_file(store, &epoch_key(epoch, "report.json"), &bytes)?;
     store.failpoints().hit(Step::Swept)?;
-    for &old in known.iter().filter(|&&e| e + KEEP_EPOCHS < epoch) {
+    for &old in known
+        .iter()
+        .filter(|&&e| e < epoch.saturating_sub(KEEP_EPOCHS))
+    {
         store.storage().delete(&epoch_key(old, "condemned"))?;
         store.storage().delete(&epoch_key(old, "report.json"))?;
     }

@@ -59,6 +59,9 @@ pub fn tag(store: &Store, set: &str, name: &str, generation: Option<u64>) -> Res
             name: set.to_string(),
         })?,
     };
+    // Under the retention lock, re-read: retention cannot retire it meanwhile.
+    let _lock = crate::retain::lock(store, set, &format!("tag pid={}", std::process::id()))?;
+    let record = index.load(record.generation)?;
     if record.state != State::Committed {
         return Err(Error::Invalid(format!(
             "only a committed generation can be tagged: set=`{set}` gen={} state={:?}",

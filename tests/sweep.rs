@@ -381,3 +381,45 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
     assert!(retained >= 3, "seed {seed}: {retained} retained");
     ok(&strata(&st, &["verify", "--all"], None));
 }
+
+#[test]
+fn retain_dry_run_and_keep_all_retire_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    let store = new_store(&st);
+    for round in 1..=4 {
+        rewrite(&src, round);
+        commit_base(&store, "s", &src);
+    }
+    let plan = ok(&strata(
+        &st,
+        &["retain", "--set", "s", "--keep-last", "1", "--dry-run"],
+        None,
+    ));
+    assert!(plan.contains("would retire: 1 2 3"), "{plan}");
+    let kept = ok(&strata(&st, &["retain", "--set", "s", "--keep-all"], None));
+    assert!(kept.contains("retired: none"), "{kept}");
+    let log = ok(&strata(&st, &["log", "--set", "s"], None));
+    assert_eq!(log.lines().count(), 5, "{log}");
+    let two = ok(&strata(
+        &st,
+        &["retain", "--set", "s", "--keep-last", "2"],
+        None,
+    ));
+    assert!(two.contains("retired: 1 2"), "{two}");
+}
+
+#[test]
+fn an_unreadable_condemned_list_restarts_the_grace_and_sweeps_go_on() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st, _store) = many_generations(t.path());
+    let first = sweep_json(&st);
+    let list = st.join(format!("sweep/epochs/{:020}.condemned", first.epoch));
+    std::fs::write(&list, b"garbage\nnot a list").unwrap();
+    let second = sweep_json(&st);
+    assert_eq!(second.deleted.count, 0, "grace restarts");
+    assert!(!second.warnings.is_empty());
+    let third = sweep_json(&st);
+    assert_eq!(third.deleted.count, first.condemned.count);
+    ok(&strata(&st, &["verify", "--all"], None));
+}

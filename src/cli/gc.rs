@@ -68,14 +68,18 @@ pub(crate) fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
 pub(crate) fn retain(store: &Store, a: RetainArgs) -> Result<i32> {
     strata::store::check_set_name(&a.set)?;
     let changes = a.keep_last.is_some() || a.keep_within.is_some() || a.keep_all;
+    let policy = Policy {
+        keep_last: a.keep_last,
+        keep_within_s: a.keep_within.map(|d| d.as_secs()),
+    };
     if changes && !a.dry_run {
-        let policy = Policy {
-            keep_last: a.keep_last,
-            keep_within_s: a.keep_within.map(|d| d.as_secs()),
-        };
         strata::retain::set_policy(store, &a.set, policy)?;
     }
-    let plan = strata::retain::plan(store, &a.set, strata::token::now_ns())?;
+    let now = strata::token::now_ns();
+    let plan = match changes {
+        true => strata::retain::plan_with(store, &a.set, Some(policy), now)?,
+        false => strata::retain::plan(store, &a.set, now)?,
+    };
     let retired = match a.dry_run {
         true => Vec::new(),
         false => strata::retain::apply(store, &plan, "retain")?,
@@ -89,14 +93,14 @@ pub(crate) fn retain(store: &Store, a: RetainArgs) -> Result<i32> {
 
 fn print_plan(plan: &strata::retain::Plan, retired: &[u64], dry_run: bool) {
     let policy = match plan.policy {
-        None => "keep everything (no policy)".to_string(),
-        Some(p) => format!(
+        Some(p) if p.keep_last.is_some() || p.keep_within_s.is_some() => format!(
             "keep latest, tagged{}{}",
             p.keep_last
                 .map_or(String::new(), |n| format!(", the last {n}")),
             p.keep_within_s
                 .map_or(String::new(), |s| format!(", those within {s} s"))
         ),
+        _ => "keep everything (no policy)".to_string(),
     };
     println!("set {}: {policy}", plan.set);
     let kept: Vec<String> = plan.keep.keys().map(u64::to_string).collect();
