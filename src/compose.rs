@@ -248,6 +248,20 @@ impl Representation {
         Ok(())
     }
 
+    /// Every stored content location, decoding only those columns.
+    pub fn blob_locs(&self, mut f: impl FnMut(crate::row::BlobLoc)) -> Result<()> {
+        let mut buf = Vec::with_capacity(crate::format::segment::GROUP_ROWS);
+        for i in 0..self.bounds.len() {
+            let seg = self.segment(i)?;
+            for g in 0..seg.group_count() {
+                buf.clear();
+                seg.read_locs(g, &mut buf)?;
+                buf.drain(..).for_each(&mut f);
+            }
+        }
+        Ok(())
+    }
+
     /// Every row in key order.
     pub fn rows(&self) -> Result<Cursor<'_>> {
         let mut c = Cursor {

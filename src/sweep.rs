@@ -283,7 +283,7 @@ impl Marks {
         let rep = Representation::open(store, name)?;
         let frames = self.frames.get_or_insert_with(HashMap::new);
         let rows = &mut self.rows;
-        rep.blob_refs(|_, loc| {
+        rep.blob_locs(|loc| {
             *rows += 1;
             if let BlobLoc::Packed {
                 pack, offset, len, ..
@@ -291,7 +291,6 @@ impl Marks {
             {
                 frames.entry(pack).or_default().push((offset, len));
             }
-            true
         })
     }
 
@@ -616,6 +615,17 @@ pub(crate) fn wait_while_deleting(store: &Store) -> Result<()> {
             LeaseState::Held { .. } => std::thread::sleep(Duration::from_millis(2)),
             LeaseState::Unheld | LeaseState::Missing => return Ok(()),
         }
+    }
+}
+
+/// Lower the calling thread's CPU priority to the least (nice 19), so a
+/// sweep's mark yields to the mount's readers on a busy machine. Callers
+/// that run sweeps on their own thread or process call this once.
+pub fn yield_cpu() {
+    // SAFETY: plain syscalls on the calling thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
     }
 }
 

@@ -423,3 +423,46 @@ fn an_unreadable_condemned_list_restarts_the_grace_and_sweeps_go_on() {
     assert_eq!(third.deleted.count, first.condemned.count);
     ok(&strata(&st, &["verify", "--all"], None));
 }
+
+#[test]
+fn packs_rewritten_by_materialization_are_swept_once_unreachable() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    for i in 0..100 {
+        write(&src, &format!("f{i:03}"), &noise(i, 2000));
+    }
+    let store = new_store(&st);
+    commit_dir(&store, "s", &src);
+    let old_packs: Vec<String> = strata::compose::GenView::open(&store, "s", Some(1), "t")
+        .unwrap()
+        .base
+        .manifest
+        .packs
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
+    for i in 0..80 {
+        write(&src, &format!("f{i:03}"), &noise(i + 500, 2000));
+    }
+    commit_dir(&store, "s", &src);
+    let expected = snapshot_gen(&store, "s", Some(2));
+    ok(&strata(
+        &st,
+        &["materialize", "--set", "s", "--in-process"],
+        None,
+    ));
+    ok(&strata(
+        &st,
+        &["retain", "--set", "s", "--keep-last", "1"],
+        None,
+    ));
+    sweep_json(&st);
+    let second = sweep_json(&st);
+    assert!(second.deleted.count > 0);
+    for p in &old_packs {
+        let key = format!("packs/{}/{p}.pack", &p[..2]);
+        assert!(!st.join(&key).exists(), "{key} was swept");
+    }
+    assert_eq!(snapshot_gen(&store, "s", Some(2)), expected);
+    ok(&strata(&st, &["verify", "--all"], None));
+}

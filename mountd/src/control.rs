@@ -339,6 +339,8 @@ fn sweep(ctx: &Context, req: &Request) -> Answer {
     let grace = req
         .grace_ms
         .map_or(strata::sweep::DEFAULT_GRACE, Duration::from_millis);
+    // This connection's thread ends with the request; it sweeps at low priority.
+    strata::sweep::yield_cpu();
     let report = ctx
         .last_sweep
         .run(ctx.gens.store(), grace, req.dry_run)

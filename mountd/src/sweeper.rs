@@ -70,6 +70,7 @@ pub(crate) fn spawn(
     let handle = std::thread::Builder::new()
         .name("sweep".into())
         .spawn(move || {
+            strata::sweep::yield_cpu();
             while stopped.recv_timeout(every) == Err(mpsc::RecvTimeoutError::Timeout) {
                 match last.run(&store, grace, false) {
                     Ok(r) => info!(

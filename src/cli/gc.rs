@@ -153,6 +153,7 @@ fn run_sweep(
         dry_run,
         holder: format!("strata sweep pid={}", std::process::id()),
     };
+    strata::sweep::yield_cpu();
     strata::sweep::sweep(store, &opts)
 }
 

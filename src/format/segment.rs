@@ -540,8 +540,32 @@ impl Segment {
     /// columns (for the commit's dedupe index). Rows without content are
     /// skipped; location fields are validated as in [`Segment::read_group`].
     pub fn read_blob_refs(&self, i: usize, out: &mut Vec<([u8; 32], BlobLoc)>) -> Result<()> {
-        let batches = guard(&self.name, || {
-            let mask = ProjectionMask::roots(self.meta.parquet_schema(), BLOB_COLUMNS);
+        for b in &self.project(i, &BLOB_COLUMNS)? {
+            decode_blob_refs(&self.name, b, out)?;
+        }
+        Ok(())
+    }
+
+    /// Locations of one group's stored content, decoding only the location
+    /// columns (for a sweep's pack live ratios); validated as in
+    /// [`Segment::read_group`].
+    pub fn read_locs(&self, i: usize, out: &mut Vec<BlobLoc>) -> Result<()> {
+        for b in &self.project(i, &BLOB_COLUMNS[1..])? {
+            let locs = LocColumns::at(&self.name, b, 0)?;
+            for r in 0..b.num_rows() {
+                let loc = locs.loc(r)?;
+                if loc != BlobLoc::None {
+                    out.push(loc);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Row group `i` decoded for the given root columns only.
+    fn project(&self, i: usize, columns: &[usize]) -> Result<Vec<RecordBatch>> {
+        guard(&self.name, || {
+            let mask = ProjectionMask::roots(self.meta.parquet_schema(), columns.iter().copied());
             ParquetRecordBatchReaderBuilder::new_with_metadata(
                 self.bytes.clone(),
                 self.meta.clone(),
@@ -552,11 +576,7 @@ impl Segment {
             .build()?
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(Into::into)
-        })?;
-        for b in &batches {
-            decode_blob_refs(&self.name, b, out)?;
-        }
-        Ok(())
+        })
     }
 
     fn check_group(&self, group: &Group, rows: &[Row]) -> Result<()> {
