@@ -776,9 +776,10 @@ fn verify_output(store: &Store, manifest: &str, view: &GenView) -> Result<u64> {
     }
     // Frames in packs the sources do not list were relocated by this task:
     // each is read back and checked against its row's digest.
-    let source_packs: HashSet<&str> = std::iter::once(&view.base)
+    let source_packs: HashSet<[u8; 32]> = std::iter::once(&view.base)
         .chain(&view.delta)
-        .flat_map(|r| r.manifest.packs.iter().map(|p| p.name.as_str()))
+        .flat_map(|r| r.manifest.packs.iter())
+        .filter_map(|p| hex::decode(&p.name).ok()?.try_into().ok())
         .collect();
     let mut hasher = IdentityHasher::new();
     let mut cursor = rep.rows()?;
@@ -789,7 +790,7 @@ fn verify_output(store: &Store, manifest: &str, view: &GenView) -> Result<u64> {
             return Err(bad("rows out of key order"));
         }
         if let BlobLoc::Packed { pack, .. } = r.blob {
-            if !source_packs.contains(hex::encode(pack).as_str()) {
+            if !source_packs.contains(&pack) {
                 crate::blob::packed_frame(store, &r)?;
             }
         }
