@@ -1104,3 +1104,46 @@ fn readers_in_retired_generations_keep_reading_until_they_let_go() {
         strata::verify::verify(&store, &["s".to_string()], strata::verify::Selection::All).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+#[test]
+fn the_daemon_sweeps_on_its_schedule_and_reports_it() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    for round in 0..3 {
+        write(&src, "f.bin", &noise(round, 200_000));
+        commit_base(&store, &src);
+    }
+    strata::retain::set_policy(
+        &store,
+        "s",
+        strata::retain::Policy {
+            keep_last: Some(1),
+            keep_within_s: None,
+        },
+    )
+    .unwrap();
+    let _m = Mount::start_with(&st, &mnt, &["--sweep-every-s", "1", "--sweep-grace-s", "0"]);
+    let start = Instant::now();
+    loop {
+        let last = status(&st)["last_sweep"].clone();
+        if last["epoch"].as_u64() >= Some(2) && last["deleted"]["count"].as_u64() > Some(0) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no scheduled sweep reclaimed anything: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = strata::index::GenIndex::new(&store, "s").all().unwrap();
+    let retired = log
+        .values()
+        .filter(|r| r.state == strata::format::record::State::Retired)
+        .count();
+    assert_eq!(retired, 2, "retention ran in the scheduled sweeps");
+}
