@@ -124,8 +124,12 @@ pub struct SweepReport {
     pub started_ns: i64,
     pub duration_ms: u64,
     pub mark_ms: u64,
-    /// Rows read by the mark (for pack live ratios).
+    /// Rows read by the mark for pack live ratios (0: reused, see `liveness_key`).
     pub mark_rows: u64,
+    /// Digest of the reachable manifests the pack live ratios were computed
+    /// from; the next sweep reuses them when it reaches the same manifests.
+    #[serde(default)]
+    pub liveness_key: String,
     /// (set, generation) retired by retention in this sweep.
     pub retired: Vec<(String, u64)>,
     pub roots: Roots,
@@ -231,10 +235,7 @@ struct Marks {
     seen: HashSet<String>,
     /// Generations planned for retirement (a dry run marks as if retired).
     skip: HashSet<(String, u64)>,
-    /// Live frames per reachable pack, filled by the full mark.
-    frames: Option<PackFrames>,
     roots: Roots,
-    rows: u64,
 }
 
 impl Marks {
@@ -269,29 +270,11 @@ impl Marks {
         for b in &m.blobs {
             self.mark(Kind::Blob, digest("blob", &b.name)?, b.size, base);
         }
-        if self.frames.is_some() && !m.packs.is_empty() {
-            self.pack_frames(store, name)?;
-        }
         if let Some(b) = &m.base {
             self.manifest(store, &b.manifest)?;
         }
         self.mark(Kind::Manifest, d, bytes.len() as u64, base);
         Ok(())
-    }
-
-    fn pack_frames(&mut self, store: &Store, name: &str) -> Result<()> {
-        let rep = Representation::open(store, name)?;
-        let frames = self.frames.get_or_insert_with(HashMap::new);
-        let rows = &mut self.rows;
-        rep.blob_locs(|loc| {
-            *rows += 1;
-            if let BlobLoc::Packed {
-                pack, offset, len, ..
-            } = loc
-            {
-                frames.entry(pack).or_default().push((offset, len));
-            }
-        })
     }
 
     /// Mark from the index: every generation's newest record not yet read.
@@ -389,37 +372,102 @@ impl Marks {
         self.tasks(store)
     }
 
-    /// Space by category, live and dead bytes of reachable packs, and the
-    /// sparse packs.
-    fn space(&mut self) -> (Space, Vec<SparsePack>) {
+    /// Live bytes by category (reached from a base, or only from deltas).
+    fn space(&self) -> Space {
         let mut space = Space::default();
-        let mut sparse = Vec::new();
-        let frames = self.frames.take().unwrap_or_default();
-        for (&(kind, d), o) in &self.objects {
+        for o in self.objects.values() {
             match o.base {
                 true => space.live_base.add(o.size),
                 false => space.live_delta.add(o.size),
             }
+        }
+        space
+    }
+
+    /// Names of the marked manifests, sorted.
+    fn manifest_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .objects
+            .keys()
+            .filter(|(k, _)| *k == Kind::Manifest)
+            .map(|(_, d)| hex::encode(d))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Live and dead bytes of every reachable pack, from the location
+    /// columns of every reachable row; reused from `previous` when the
+    /// reachable manifests are the same (their rows are immutable).
+    fn pack_liveness(&self, store: &Store, previous: Option<&SweepReport>) -> Result<Liveness> {
+        let names = self.manifest_names();
+        let key = hex::encode(blake3::hash(names.join("\n").as_bytes()).as_bytes());
+        if let Some(p) = previous.filter(|p| p.liveness_key == key) {
+            return Ok(Liveness {
+                key,
+                live: p.space.packs_live_bytes,
+                dead: p.space.packs_dead_bytes,
+                sparse: p.sparse_packs.clone(),
+                rows: 0,
+            });
+        }
+        let mut frames: PackFrames = HashMap::new();
+        let mut rows = 0;
+        for name in &names {
+            let rep = Representation::open(store, name)?;
+            if rep.manifest.packs.is_empty() {
+                continue;
+            }
+            rep.blob_locs(|loc| {
+                rows += 1;
+                if let BlobLoc::Packed {
+                    pack, offset, len, ..
+                } = loc
+                {
+                    frames.entry(pack).or_default().push((offset, len));
+                }
+            })?;
+        }
+        Ok(self.tally_packs(key, &mut frames, rows))
+    }
+
+    fn tally_packs(&self, key: String, frames: &mut PackFrames, rows: u64) -> Liveness {
+        let mut out = Liveness {
+            key,
+            rows,
+            ..Liveness::default()
+        };
+        for (&(kind, d), o) in &self.objects {
             if kind != Kind::Pack {
                 continue;
             }
-            let mut f = frames.get(&d).cloned().unwrap_or_default();
+            let f = frames.entry(d).or_default();
             f.sort_unstable();
             f.dedup();
             let live: u64 = f.iter().map(|&(_, len)| len).sum::<u64>().min(o.size);
-            space.packs_live_bytes += live;
-            space.packs_dead_bytes += o.size - live;
+            out.live += live;
+            out.dead += o.size - live;
             if (live as f64) < (o.size as f64) * PACK_LIVE_THRESHOLD {
-                sparse.push(SparsePack {
+                out.sparse.push(SparsePack {
                     name: hex::encode(d),
                     size: o.size,
                     live_bytes: live,
                 });
             }
         }
-        sparse.sort_by(|a, b| a.name.cmp(&b.name));
-        (space, sparse)
+        out.sparse.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
+}
+
+/// Pack live ratios of one set of reachable manifests.
+#[derive(Default)]
+struct Liveness {
+    key: String,
+    live: u64,
+    dead: u64,
+    sparse: Vec<SparsePack>,
+    rows: u64,
 }
 
 /// One unreachable object.
@@ -642,19 +690,23 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
         started_ns: now,
         ..SweepReport::default()
     };
-    let mut marks = Marks {
-        frames: Some(HashMap::new()),
-        ..Marks::default()
-    };
+    let mut marks = Marks::default();
     retire(store, opts, &mut report, &mut marks)?;
     residue(store, opts, &mut report)?;
     let mark_start = Instant::now();
     marks.roots(store).map_err(|e| root_unreadable(e, "mark"))?;
-    let (space, sparse) = marks.space();
-    report.sparse_packs = sparse;
+    let previous = last_report(store).unwrap_or(None);
+    let liveness = marks
+        .pack_liveness(store, previous.as_ref())
+        .map_err(|e| root_unreadable(e, "pack live ratios"))?;
+    let mut space = marks.space();
+    space.packs_live_bytes = liveness.live;
+    space.packs_dead_bytes = liveness.dead;
+    report.sparse_packs = liveness.sparse;
+    report.liveness_key = liveness.key;
     report.mark_ms = mark_start.elapsed().as_millis() as u64;
     report.marked = marks.objects.len() as u64;
-    report.mark_rows = marks.rows;
+    report.mark_rows = liveness.rows;
     report.roots = marks.roots;
     let known = epochs(store)?;
     let epoch = match known.last() {
