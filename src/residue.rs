@@ -52,11 +52,44 @@ fn verdict(state: LeaseState) -> (Verdict, String) {
     }
 }
 
-/// Every pin, staging owner and named lease of the store with its verdict.
+/// Every pin, staging owner and orphaned journal with its verdict: what a
+/// sweep reclaims or reports.
 pub fn scan(store: &Store) -> Result<Vec<LeaseInfo>> {
     let mut out = pins(store)?;
     out.extend(staging(store)?);
+    out.extend(orphan_journals(store)?);
+    Ok(out)
+}
+
+/// [`scan`] plus the store's reusable lock files (`strata leases`).
+pub fn scan_all(store: &Store) -> Result<Vec<LeaseInfo>> {
+    let mut out = scan(store)?;
     out.extend(named(store)?);
+    Ok(out)
+}
+
+/// Journals whose staging owner file is gone (a crash between removals):
+/// verdict missing, reclaimed.
+fn orphan_journals(store: &Store) -> Result<Vec<LeaseInfo>> {
+    let storage = store.storage();
+    let mut out = Vec::new();
+    for set in storage.list("journals")? {
+        for name in storage.list(&keys::journal_dir(&set))? {
+            let Some(token) = name.strip_suffix(".journal") else {
+                continue;
+            };
+            if storage.probe_lease(&keys::staging_owner(token))? == LeaseState::Missing {
+                out.push(LeaseInfo {
+                    kind: "journal".into(),
+                    key: format!("{}/{name}", keys::journal_dir(&set)),
+                    verdict: Verdict::Missing,
+                    holder: String::new(),
+                    detail: "its staging owner is gone".into(),
+                    action: RECLAIM.into(),
+                });
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -130,7 +163,12 @@ fn named(store: &Store) -> Result<Vec<LeaseInfo>> {
     let mut keys_: Vec<(&'static str, String)> = store
         .sets()?
         .into_iter()
-        .map(|s| ("writer", keys::writer_lease(&s)))
+        .flat_map(|s| {
+            [
+                ("writer", keys::writer_lease(&s)),
+                ("retention", format!("sets/{s}/RETAIN.lease")),
+            ]
+        })
         .collect();
     keys_.push(("sweeper", crate::sweep::SWEEPER_LEASE.to_string()));
     keys_.push(("deleting", crate::sweep::DELETING_LEASE.to_string()));
@@ -158,6 +196,11 @@ pub fn reclaim(store: &Store, items: &[LeaseInfo]) -> Result<Vec<LeaseInfo>> {
     let storage = store.storage();
     let mut done = Vec::new();
     for item in items.iter().filter(|i| i.action == RECLAIM) {
+        if item.kind == "journal" {
+            storage.delete(&item.key)?;
+            done.push(item.clone());
+            continue;
+        }
         if storage.probe_lease(&item.key)? != LeaseState::Unheld {
             continue;
         }

@@ -94,6 +94,12 @@ fn load_raw(store: &Store, set: &str) -> Result<Option<(PolicyRecord, Vec<u8>)>>
 /// Store `policy` as the retention of `set` (replacing any earlier one).
 pub fn set_policy(store: &Store, set: &str, policy: Policy) -> Result<()> {
     check_set_name(set)?;
+    if !store.sets()?.iter().any(|s| s == set) {
+        return Err(Error::NotFound {
+            what: "set",
+            name: set.to_string(),
+        });
+    }
     if policy.keep_last == Some(0) {
         return Err(Error::Invalid(
             "--keep-last must be at least 1 (latest is always kept)".into(),
@@ -106,7 +112,9 @@ pub fn set_policy(store: &Store, set: &str, policy: Policy) -> Result<()> {
             version: RETENTION_VERSION,
             set: set.to_string(),
             policy,
-            counter: current.as_ref().map_or(1, |(r, _)| r.counter + 1),
+            counter: current
+                .as_ref()
+                .map_or(1, |(r, _)| r.counter.saturating_add(1)),
             nonce: crate::token::new_token(),
         };
         let body = serde_json::to_vec_pretty(&next).map_err(|e| Error::Internal(e.to_string()))?;

@@ -14,8 +14,8 @@
 //! 4. **condemn** — every listed manifest, segment, pack and blob not marked
 //!    is recorded in `sweep/epochs/<epoch>.condemned`, carrying the epoch and
 //!    time it was first condemned;
-//! 5. **delete** — objects condemned since an *earlier* epoch, for longer than
-//!    the grace period, and still unmarked, are deleted in batches bounded by
+//! 5. **delete** — objects condemned since an *earlier* epoch, at least the
+//!    grace period ago, and still unmarked, are deleted in batches bounded by
 //!    count and time. Each batch holds `sweep/DELETING.lease`, first checks
 //!    that no writer (a held staging owner) is live — otherwise deletion is
 //!    deferred to a later sweep — and re-marks incrementally (index records,
@@ -47,6 +47,8 @@ const EPOCH_DIR: &str = "sweep/epochs";
 pub const CONDEMNED_VERSION: u32 = 1;
 const CONDEMNED_TAG: &str = "strata-condemned";
 const REPORT_TAG: &str = "strata-sweep-report";
+/// 1: initial layout.
+pub const REPORT_VERSION: u32 = 1;
 const MAX_CONDEMNED_BYTES: u64 = 1 << 30;
 const MAX_REPORT_BYTES: u64 = 64 << 20;
 /// Default grace: an object is deleted only after it stayed condemned this long.
@@ -57,9 +59,6 @@ pub const BATCH_COUNT: usize = 512;
 pub const BATCH_TIME: Duration = Duration::from_millis(50);
 /// Pause between batches so waiting writers get in.
 const BATCH_PAUSE: Duration = Duration::from_millis(5);
-/// Packs whose live share is under this are reported for rewriting (the
-/// materialization fold repacks them).
-pub const PACK_LIVE_THRESHOLD: f64 = 0.5;
 /// How long a writer waits for a deletion batch before giving up.
 const WRITER_WAIT_MAX: Duration = Duration::from_secs(300);
 /// Attempts to take the sweeper lease, 10 ms apart.
@@ -104,7 +103,8 @@ pub struct Space {
     pub staging: Tally,
 }
 
-/// One reachable pack whose live share is under [`PACK_LIVE_THRESHOLD`].
+/// One reachable pack whose live share is under the materialization's
+/// repack threshold ([`crate::materialize::REPACK_BELOW`]).
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SparsePack {
     pub name: String,
@@ -125,6 +125,7 @@ pub struct SweepReport {
     pub duration_ms: u64,
     pub mark_ms: u64,
     /// Rows read by the mark for pack live ratios (0: reused, see `liveness_key`).
+    #[serde(default)]
     pub mark_rows: u64,
     /// Digest of the reachable manifests the pack live ratios were computed
     /// from; the next sweep reuses them when it reaches the same manifests.
@@ -447,7 +448,7 @@ impl Marks {
             let live: u64 = f.iter().map(|&(_, len)| len).sum::<u64>().min(o.size);
             out.live += live;
             out.dead += o.size - live;
-            if (live as f64) < (o.size as f64) * PACK_LIVE_THRESHOLD {
+            if (live as f64) < (o.size as f64) * crate::materialize::REPACK_BELOW {
                 out.sparse.push(SparsePack {
                     name: hex::encode(d),
                     size: o.size,
@@ -576,8 +577,12 @@ fn unreachable(
         (Kind::Pack, "packs", ".pack"),
         (Kind::Blob, "blobs", ""),
     ] {
+        // Objects live in two-hex-digit prefix directories; anything else
+        // there is not ours to judge.
         for sub in storage.list(top)? {
-            dirs.push((kind, format!("{top}/{sub}"), ext));
+            if sub.len() == 2 && sub.bytes().all(|b| b.is_ascii_hexdigit()) {
+                dirs.push((kind, format!("{top}/{sub}"), ext));
+            }
         }
     }
     let mut out = Vec::new();
@@ -684,7 +689,7 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
     let _sweeper = take_sweeper(store, &opts.holder)?;
     let mut report = SweepReport {
         tag: REPORT_TAG.into(),
-        version: CONDEMNED_VERSION,
+        version: REPORT_VERSION,
         dry_run: opts.dry_run,
         grace_ms: opts.grace.as_millis() as u64,
         started_ns: now,
@@ -790,20 +795,38 @@ fn retire(
     marks: &mut Marks,
 ) -> Result<()> {
     for set in store.sets()? {
-        let plan = crate::retain::plan(store, &set, crate::token::now_ns())?;
-        if opts.dry_run {
-            for &g in &plan.retire {
-                marks.skip.insert((set.clone(), g));
-                report.retired.push((set.clone(), g));
-            }
-            continue;
-        }
-        for g in crate::retain::apply(store, &plan, &opts.holder)? {
-            report.retired.push((set.clone(), g));
+        // A set whose policy or tags cannot be read retires nothing this
+        // time (what it keeps stays marked); the other sets go on.
+        if let Err(e) = retire_set(store, opts, report, marks, &set) {
+            report.warnings.push(format!(
+                "retention of set `{set}` skipped: {}",
+                crate::cli_chain(&e)
+            ));
         }
     }
     if !opts.dry_run {
         store.failpoints().hit(Step::Retired)?;
+    }
+    Ok(())
+}
+
+fn retire_set(
+    store: &Store,
+    opts: &SweepOptions,
+    report: &mut SweepReport,
+    marks: &mut Marks,
+    set: &str,
+) -> Result<()> {
+    let plan = crate::retain::plan(store, set, crate::token::now_ns())?;
+    if opts.dry_run {
+        for &g in &plan.retire {
+            marks.skip.insert((set.to_string(), g));
+            report.retired.push((set.to_string(), g));
+        }
+        return Ok(());
+    }
+    for g in crate::retain::apply(store, &plan, &opts.holder)? {
+        report.retired.push((set.to_string(), g));
     }
     Ok(())
 }
@@ -949,6 +972,13 @@ pub fn last_report(store: &Store) -> Result<Option<SweepReport>> {
         .map_err(|e| Error::corrupt("sweep report", &key, e.to_string()))?;
     if r.tag != REPORT_TAG {
         return Err(Error::corrupt("sweep report", &key, "wrong type tag"));
+    }
+    if r.version > REPORT_VERSION {
+        return Err(Error::NewerFormat {
+            what: "sweep report",
+            found: r.version,
+            supported: REPORT_VERSION,
+        });
     }
     Ok(Some(r))
 }

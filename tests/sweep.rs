@@ -210,6 +210,9 @@ fn residue_gets_a_verdict_unheld_is_reclaimed_and_invalid_is_kept() {
     std::fs::copy(st.join(&held_key), &dead_key).unwrap();
     let garbage = st.join("pins/s/00000000000000000001-garbage.pin");
     std::fs::write(&garbage, b"\x00not a pin").unwrap();
+    // A journal whose owner file is gone (a crash between removals).
+    let orphan = st.join("journals/s/0123456789abcdef0123456789abcdef.journal");
+    std::fs::write(&orphan, b"half a journal").unwrap();
     let leases: Vec<serde_json::Value> =
         serde_json::from_str(&ok(&strata(&st, &["leases", "--json"], None))).unwrap();
     let verdict = |key: &str| {
@@ -220,6 +223,7 @@ fn residue_gets_a_verdict_unheld_is_reclaimed_and_invalid_is_kept() {
     };
     assert_eq!(verdict("-dead.pin").as_deref(), Some("unheld"));
     assert_eq!(verdict("-garbage.pin").as_deref(), Some("invalid"));
+    assert_eq!(verdict("cdef.journal").as_deref(), Some("missing"));
     assert_eq!(verdict(&held_key).as_deref(), Some("held"));
     assert!(leases
         .iter()
@@ -240,6 +244,7 @@ fn residue_gets_a_verdict_unheld_is_reclaimed_and_invalid_is_kept() {
         .any(|i| i.key.ends_with("-garbage.pin")));
     assert!(garbage.exists(), "an invalid pin is kept for an operator");
     assert!(!dead_key.exists());
+    assert!(!orphan.exists(), "an orphaned journal is reclaimed");
     assert!(st.join(&held_key).exists(), "a held pin is kept");
     assert_eq!(std::fs::read_dir(st.join("staging")).unwrap().count(), 0);
     drop(held);
@@ -277,6 +282,12 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
     let t = tempfile::tempdir().unwrap();
     let (src, st) = (t.path().join("src"), t.path().join("store"));
     let store = new_store(&st);
+    let mut expected: BTreeMap<u64, Snapshot> = BTreeMap::new();
+    write(&src, "seed", &seed.to_le_bytes());
+    expected.insert(
+        commit_dir(&store, "s", &src).generation.unwrap(),
+        snapshot_dir(&src),
+    );
     strata::retain::set_policy(
         &store,
         "s",
@@ -324,7 +335,6 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
         })
     };
     let mut rng = Rng(seed);
-    let mut expected: BTreeMap<u64, Snapshot> = BTreeMap::new();
     for round in 0..24u64 {
         for _ in 0..=rng.below(4) {
             let i = rng.below(40);

@@ -46,7 +46,7 @@ struct Request {
     generation: Option<u64>,
     #[serde(default)]
     wait: bool,
-    /// `sweep`: grace in milliseconds (default: the daemon's) and plan only.
+    /// `sweep`: grace in milliseconds (default: the daemon's `--sweep-grace-s`) and plan only.
     #[serde(default)]
     grace_ms: Option<u64>,
     #[serde(default)]
@@ -338,8 +338,9 @@ fn materialize(ctx: &Context, req: &Request) -> Answer {
 fn sweep(ctx: &Context, req: &Request) -> Answer {
     let grace = req
         .grace_ms
-        .map_or(strata::sweep::DEFAULT_GRACE, Duration::from_millis);
-    // This connection's thread ends with the request; it sweeps at low priority.
+        .map_or(ctx.last_sweep.grace, Duration::from_millis);
+    // Sweeps yield the CPU to readers; this connection's thread (and any
+    // later request on the same connection) stays at low priority.
     strata::sweep::yield_cpu();
     let report = ctx
         .last_sweep

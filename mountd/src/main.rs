@@ -150,7 +150,9 @@ fn run(args: Args) -> Result<(), String> {
         worker::Materializer::start(gens.store().clone(), policy)
             .map_err(|e| format!("materialization worker: {e}"))?,
     );
-    let last_sweep = Arc::new(sweeper::LastSweep::default());
+    let last_sweep = Arc::new(sweeper::LastSweep::new(Duration::from_secs(
+        args.sweep_grace_s,
+    )));
     let ctx = control::Context::new(
         gens.clone(),
         stats,
@@ -173,7 +175,6 @@ fn run(args: Args) -> Result<(), String> {
                 gens.store().clone(),
                 last_sweep,
                 Duration::from_secs(args.sweep_every_s),
-                Duration::from_secs(args.sweep_grace_s),
             )
         })
         .transpose()
@@ -189,7 +190,15 @@ fn run(args: Args) -> Result<(), String> {
     let _ = refresher.join();
     if let Some((stop, handle)) = sweeps {
         drop(stop);
-        let _ = handle.join();
+        // A sweep in progress is left to end with the process: a killed
+        // sweep is safe at every step, and the kernel releases its leases.
+        let deadline = std::time::Instant::now() + SHUTDOWN_DEADLINE;
+        while !handle.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if handle.is_finished() {
+            let _ = handle.join();
+        }
     }
     materializer.shutdown(SHUTDOWN_DEADLINE);
     gens.release();

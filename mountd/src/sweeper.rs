@@ -12,13 +12,23 @@ use strata::sweep::{sweep, SweepOptions, SweepReport};
 use strata::Store;
 use tracing::{info, warn};
 
-/// The outcome of the daemon's latest sweep (scheduled or requested).
-#[derive(Default)]
-pub(crate) struct LastSweep(Mutex<Option<Value>>);
+/// The outcome of the daemon's latest sweep (scheduled or requested), and
+/// the grace its sweeps use unless a request names one.
+pub(crate) struct LastSweep {
+    last: Mutex<Option<Value>>,
+    pub(crate) grace: Duration,
+}
 
 impl LastSweep {
+    pub(crate) fn new(grace: Duration) -> LastSweep {
+        LastSweep {
+            last: Mutex::new(None),
+            grace,
+        }
+    }
+
     pub(crate) fn get(&self) -> Value {
-        self.0
+        self.last
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -26,7 +36,7 @@ impl LastSweep {
     }
 
     fn set(&self, v: Value) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(v);
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(v);
     }
 
     /// Run one sweep and remember how it went.
@@ -52,7 +62,9 @@ impl LastSweep {
             }
             Err(e) => {
                 let msg = strata::cli_chain(&e);
-                self.set(json!({ "at_ns": at, "error": msg }));
+                if !dry_run {
+                    self.set(json!({ "at_ns": at, "error": msg }));
+                }
                 Err(msg)
             }
         }
@@ -64,7 +76,6 @@ pub(crate) fn spawn(
     store: Store,
     last: Arc<LastSweep>,
     every: Duration,
-    grace: Duration,
 ) -> std::io::Result<(mpsc::Sender<()>, JoinHandle<()>)> {
     let (stop, stopped) = mpsc::channel::<()>();
     let handle = std::thread::Builder::new()
@@ -72,7 +83,7 @@ pub(crate) fn spawn(
         .spawn(move || {
             strata::sweep::yield_cpu();
             while stopped.recv_timeout(every) == Err(mpsc::RecvTimeoutError::Timeout) {
-                match last.run(&store, grace, false) {
+                match last.run(&store, last.grace, false) {
                     Ok(r) => info!(
                         "sweep epoch {}: deleted {} object(s), {} condemned",
                         r.epoch, r.deleted.count, r.condemned.count

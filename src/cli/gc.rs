@@ -181,7 +181,7 @@ fn print_report(r: &SweepReport) {
         render::bytes(r.space.packs_live_bytes),
         render::bytes(r.space.packs_dead_bytes),
         r.sparse_packs.len(),
-        strata::sweep::PACK_LIVE_THRESHOLD * 100.0
+        strata::materialize::REPACK_BELOW * 100.0
     );
     println!(
         "  condemned: {} (new: {})",
@@ -219,7 +219,7 @@ fn print_report(r: &SweepReport) {
 }
 
 pub(crate) fn leases(store: &Store, a: JsonArg) -> Result<i32> {
-    let items = strata::residue::scan(store)?;
+    let items = strata::residue::scan_all(store)?;
     if a.json {
         return print_json(&items);
     }

@@ -908,7 +908,13 @@ fn status(store: &Store, root: &std::path::Path, a: JsonArg) -> Result<i32> {
         .iter()
         .filter(|p| p.state == strata::pin::PinState::Held)
         .count();
-    let sweep = strata::sweep::last_report(store)?;
+    let sweep = strata::sweep::last_report(store).unwrap_or_else(|e| {
+        eprintln!(
+            "strata: warning: last sweep report unreadable: {}",
+            strata::cli_chain(&e)
+        );
+        None
+    });
     let space = sweep.as_ref().map(|r| &r.space);
     if a.json {
         let last = sweep.as_ref().map(|r| {
