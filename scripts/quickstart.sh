@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds strata and runs the main job on the embedded default store: commit a
 # directory, mount the store, browse the generation with ordinary tools,
-# commit again and watch `latest` follow, verify, unmount.
+# commit again and watch `latest` follow, verify, plan a sweep, unmount.
 #   scripts/quickstart.sh [DIR]     (DIR defaults to this repository's src/)
 # Mounting needs /dev/fuse and root (or a user allowed to mount FUSE).
 set -euo pipefail
@@ -22,4 +22,5 @@ diff -r --no-dereference "$DIR" "$MNT/quickstart/latest/" && echo "mounted gener
 strata commit --set quickstart -m "nothing changed" "$DIR"
 strata log --set quickstart
 strata verify --set quickstart --all
+strata sweep --dry-run
 strata unmount "$MNT"

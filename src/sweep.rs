@@ -61,6 +61,9 @@ pub const BATCH_TIME: Duration = Duration::from_millis(50);
 const BATCH_PAUSE: Duration = Duration::from_millis(5);
 /// How long a writer waits for a deletion batch before giving up.
 const WRITER_WAIT_MAX: Duration = Duration::from_secs(300);
+/// Names how pack live ratios are computed; changing it makes the ratios in
+/// older reports stale (they are not reused).
+const LIVENESS_KEY_TAG: &str = "strata-pack-liveness-2";
 /// Attempts to take the sweeper lease, 10 ms apart.
 const SWEEPER_TRIES: usize = 20;
 /// Epoch files (condemned lists and reports) kept besides the newest.
@@ -97,7 +100,8 @@ pub struct Space {
     pub live_delta: Tally,
     /// Bytes of live frames inside reachable packs.
     pub packs_live_bytes: u64,
-    /// Bytes of reachable packs that no live row references.
+    /// Bytes of frames in reachable packs that no reachable row references
+    /// (headers and trailers count as neither).
     pub packs_dead_bytes: u64,
     pub condemned: Tally,
     pub staging: Tally,
@@ -402,7 +406,13 @@ impl Marks {
     /// reachable manifests are the same (their rows are immutable).
     fn pack_liveness(&self, store: &Store, previous: Option<&SweepReport>) -> Result<Liveness> {
         let names = self.manifest_names();
-        let key = hex::encode(blake3::hash(names.join("\n").as_bytes()).as_bytes());
+        let mut h = blake3::Hasher::new();
+        h.update(LIVENESS_KEY_TAG.as_bytes());
+        for n in &names {
+            h.update(b"\n");
+            h.update(n.as_bytes());
+        }
+        let key = hex::encode(h.finalize().as_bytes());
         if let Some(p) = previous.filter(|p| p.liveness_key == key) {
             return Ok(Liveness {
                 key,
@@ -429,10 +439,29 @@ impl Marks {
                 }
             })?;
         }
-        Ok(self.tally_packs(key, &mut frames, rows))
+        Ok(self.tally_packs(store, key, &mut frames, rows))
     }
 
-    fn tally_packs(&self, key: String, frames: &mut PackFrames, rows: u64) -> Liveness {
+    /// Header and trailer bytes of a pack (not frames, so neither live nor
+    /// dead); 0 when its tail cannot be read (verify reports that, not us).
+    fn pack_overhead(store: &Store, d: &[u8; 32], size: u64) -> u64 {
+        use crate::format::pack::{overhead, TAIL_LEN};
+        let key = keys::pack(&hex::encode(d));
+        store
+            .storage()
+            .get_range(&key, size.saturating_sub(TAIL_LEN), TAIL_LEN)
+            .ok()
+            .and_then(|t| overhead(&t))
+            .unwrap_or(0)
+    }
+
+    fn tally_packs(
+        &self,
+        store: &Store,
+        key: String,
+        frames: &mut PackFrames,
+        rows: u64,
+    ) -> Liveness {
         let mut out = Liveness {
             key,
             rows,
@@ -445,10 +474,13 @@ impl Marks {
             let f = frames.entry(d).or_default();
             f.sort_unstable();
             f.dedup();
-            let live: u64 = f.iter().map(|&(_, len)| len).sum::<u64>().min(o.size);
+            let frames_len = o
+                .size
+                .saturating_sub(Self::pack_overhead(store, &d, o.size));
+            let live: u64 = f.iter().map(|&(_, len)| len).sum::<u64>().min(frames_len);
             out.live += live;
-            out.dead += o.size - live;
-            if (live as f64) < (o.size as f64) * crate::materialize::REPACK_BELOW {
+            out.dead += frames_len - live;
+            if (live as f64) < (frames_len as f64) * crate::materialize::REPACK_BELOW {
                 out.sparse.push(SparsePack {
                     name: hex::encode(d),
                     size: o.size,

@@ -141,6 +141,21 @@ impl PackWriter {
     }
 }
 
+/// Length of the last part of a pack that [`overhead`] reads.
+pub const TAIL_LEN: u64 = 16;
+
+/// Bytes of a pack that are not frames (header and trailer), from its last
+/// [`TAIL_LEN`] bytes; `None` when they are not a pack's tail.
+pub fn overhead(tail: &[u8]) -> Option<u64> {
+    if tail.len() != TAIL_LEN as usize || &tail[8..] != TAIL_MAGIC {
+        return None;
+    }
+    let count = u64::from_le_bytes(tail[..8].try_into().ok()?);
+    count
+        .checked_mul(ENTRY_LEN as u64)?
+        .checked_add(HEADER_LEN + TAIL_LEN)
+}
+
 /// Verify a whole pack against its name and parse its trailer.
 pub fn parse(name: &str, bytes: &[u8]) -> Result<Vec<PackEntry>> {
     let actual = hex::encode(Sha256::digest(bytes));
