@@ -150,7 +150,7 @@ mib() { echo "scale=1; $1 / 1048576" | bc; }
 {
     echo "| tool | what | wall s | peak RSS MiB | store MiB before → after |"
     echo "|---|---|---|---|---|"
-    echo "| strata | sweep 1 (retire, mark, condemn) | $s1_wall | $(( s1_rss / 1024 )) | $(mib "$strata_before") → |"
+    echo "| strata | sweep 1 (mark, condemn) | $s1_wall | $(( s1_rss / 1024 )) | $(mib "$strata_before") → |"
     echo "| strata | sweep 2 (mark, delete $deleted B) | $s2_wall | $(( s2_rss / 1024 )) | → $(mib "$strata_after") |"
     echo "| restic | prune --max-unused unlimited | $pu_wall | $(( pu_rss / 1024 )) | $(mib "$restic_before") → $(mib "$restic_after") |"
     echo "| restic | prune (default: repacks) | $pd_wall | $(( pd_rss / 1024 )) | $(mib "$restic_before") → $(mib "$restic_default_after") |"
