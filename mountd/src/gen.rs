@@ -66,6 +66,16 @@ impl Gens {
             .unwrap_or(g))
     }
 
+    /// Stop handing the current view of `generation` to new users: the next
+    /// user opens (and pins) whatever the index then selects. Current users
+    /// keep theirs.
+    pub(crate) fn forget_view(&self, set: &str, generation: u64) {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(set.to_string(), generation));
+    }
+
     /// Open `generation` afresh and serve the new view to new users.
     fn reopen(&self, set: &str, generation: u64) -> Result<Arc<Gen>> {
         let view = GenView::open(&self.store, set, Some(generation), "mountd")?;
@@ -130,6 +140,18 @@ impl Gens {
         open.iter()
             .filter(|(_, w)| w.strong_count() > 0)
             .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Held generations with the manifest their current view reads (the
+    /// view new users get).
+    pub(crate) fn held_views(&self) -> Vec<(String, u64, String)> {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.iter()
+            .filter_map(|((s, g), w)| {
+                let view = w.upgrade()?;
+                Some((s.clone(), *g, view.view.top().manifest_name.clone()))
+            })
             .collect()
     }
 

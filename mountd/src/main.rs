@@ -76,8 +76,8 @@ struct Args {
 
 /// How often the latest generation of every set is re-read and pinned.
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
-/// Every how many refreshes held generations are checked for retirement.
-const RETIRED_CHECK_EVERY: u64 = 4;
+/// Every how many refreshes held generations are checked against the index.
+const HELD_CHECK_EVERY: u64 = 4;
 /// How long shutdown waits for an active materialization.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -283,15 +283,24 @@ fn announce(notifier: &Notifier, set: &str, prev: &(u64, String), now: &(u64, St
     }
 }
 
-/// Drop the kernel's cached entry of every held generation that retention
-/// retired, so it forgets the generation's inodes once no cwd or open file
-/// uses them and its pin is released (a sweep may then reclaim it).
-fn let_go_of_retired(gens: &gen::Gens, notifier: &Notifier) {
-    for (set, g) in gens.held() {
-        let retired = GenIndex::new(gens.store(), &set)
-            .newest(g)
-            .is_ok_and(|r| r.is_some_and(|r| r.state == State::Retired));
-        if retired {
+/// Follow the index for every generation this daemon holds. One that got a
+/// new representation (a materialization of a generation that is not
+/// latest) is forgotten, so new users open the new view, and its cached
+/// `gens/<N>` entry is dropped so new path walks reach it; current users
+/// keep theirs. One that retention retired has its cached entry dropped,
+/// so the kernel forgets its inodes once no cwd or open file uses them and
+/// its pin is released (a sweep may then reclaim it).
+fn follow_held(gens: &gen::Gens, notifier: &Notifier) {
+    for (set, g, manifest) in gens.held_views() {
+        let Ok(Some(r)) = GenIndex::new(gens.store(), &set).newest(g) else {
+            continue;
+        };
+        let moved =
+            r.state == State::Committed && r.read_rep().is_some_and(|rep| rep.manifest != manifest);
+        if moved {
+            gens.forget_view(&set, g);
+        }
+        if moved || r.state == State::Retired {
             let dir = node::ino_of(&node::Node::Gens(set.clone()));
             let _ = notifier.inval_entry(INodeNo(dir), std::ffi::OsStr::new(&g.to_string()));
         }
@@ -335,8 +344,8 @@ fn spawn_refresher(
                 }
             }
             cycle += 1;
-            if cycle % RETIRED_CHECK_EVERY == 0 {
-                let_go_of_retired(&gens, &notifier);
+            if cycle % HELD_CHECK_EVERY == 0 {
+                follow_held(&gens, &notifier);
             }
             if stopped.recv_timeout(REFRESH_EVERY) != Err(mpsc::RecvTimeoutError::Timeout) {
                 return;

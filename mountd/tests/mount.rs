@@ -1147,3 +1147,70 @@ fn the_daemon_sweeps_on_its_schedule_and_reports_it() {
         .count();
     assert_eq!(retired, 2, "retention ran in the scheduled sweeps");
 }
+
+#[test]
+fn a_materialized_older_generation_serves_new_walks_from_its_new_base() {
+    use std::io::{Read, Seek};
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    large_delta(&store, &src);
+    let at2 = _dir.path().join("at2");
+    assert!(Command::new("cp")
+        .arg("-a")
+        .arg(&src)
+        .arg(&at2)
+        .status()
+        .unwrap()
+        .success());
+    write(&src, "later.txt", b"generation 3");
+    commit_dir(&store, "s", &src);
+    let m = Mount::start_with(&st, &mnt, &["--no-materialize"]);
+    let gen2 = m.point.join("s/gens/2");
+    let mut open = fs::File::open(gen2.join("big.bin")).unwrap();
+    let held_reps = |g: u64| -> Vec<String> {
+        strata::pin::list(&store)
+            .unwrap()
+            .into_iter()
+            .filter(|p| p.generation == g && p.state == strata::pin::PinState::Held)
+            .map(|p| p.representation)
+            .collect()
+    };
+    assert_eq!(held_reps(2), vec!["delta".to_string()]);
+    let out = strata::materialize::materialize(
+        &store,
+        &strata::materialize::MaterializeOptions {
+            set: "s".into(),
+            generation: Some(2),
+            wait: false,
+            plan_only: false,
+        },
+    )
+    .unwrap();
+    assert_eq!(out.state, Some(strata::task::TaskState::Published));
+    // The daemon notices within a few refreshes and serves new walks from
+    // the base; the open file keeps the delta it was opened from.
+    wait_for("the new base served", || {
+        let _ = fs::read_dir(&gen2);
+        held_reps(2).contains(&"base".to_string())
+    });
+    diff_r(&at2, &gen2);
+    assert!(
+        held_reps(2).contains(&"delta".to_string()),
+        "the open file's view"
+    );
+    open.rewind().unwrap();
+    let mut all = Vec::new();
+    open.read_to_end(&mut all).unwrap();
+    assert_eq!(all, fs::read(at2.join("big.bin")).unwrap());
+    drop(open);
+    wait_for("the old representation released", || {
+        fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+        !held_reps(2).contains(&"delta".to_string())
+    });
+    diff_r(&at2, &gen2);
+}
