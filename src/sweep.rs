@@ -4,7 +4,8 @@
 //!
 //! One sweep, under the `sweep/SWEEPER.lease` (one sweeper at a time):
 //! 1. **retire** — apply each set's retention policy (RETIRED index records);
-//! 2. **residue** — probe pins and staging owners; reclaim the unheld ones;
+//! 2. **residue** — probe pins and staging owners; reclaim the unheld ones
+//!    and journals whose owner is gone;
 //! 3. **mark** — from the index (every non-retired representation of every
 //!    generation, COMMITTED or PREPARED, with the base manifests they bind),
 //!    then held pins (read *after* the index: a pin taken later re-reads the
@@ -24,8 +25,8 @@
 //!    seen by the batch or starts after it: nothing a writer deduplicated
 //!    against, created or published can be deleted under it.
 //!
-//! Readers are never blocked: mark and condemn only read, and a batch is a
-//! few hundred unlinks of objects nobody can reach.
+//! Readers are never blocked: the mark only reads, condemning writes one
+//! list, and a batch is a few hundred unlinks of objects nobody can reach.
 
 use crate::compose::Representation;
 use crate::error::{Error, Result};
