@@ -65,8 +65,6 @@ const WRITER_WAIT_MAX: Duration = Duration::from_secs(300);
 /// Names how pack live ratios are computed; changing it makes the ratios in
 /// older reports stale (they are not reused).
 const LIVENESS_KEY_TAG: &str = "strata-pack-liveness-2";
-/// Attempts to take the sweeper lease, 10 ms apart.
-const SWEEPER_TRIES: usize = 20;
 /// Epoch files (condemned lists and reports) kept besides the newest.
 const KEEP_EPOCHS: u64 = 4;
 
@@ -671,20 +669,13 @@ fn create_epoch_file(store: &Store, key: &str, bytes: &[u8]) -> Result<()> {
 }
 
 /// Take the sweeper lease or report who holds it.
-/// A lease probe (`strata leases`) holds the lock for an instant, so a busy
-/// answer is retried for a moment before it means another sweeper.
 fn take_sweeper(store: &Store, holder: &str) -> Result<Box<dyn crate::storage::Lease>> {
-    let mut last = String::new();
-    for _ in 0..SWEEPER_TRIES {
-        match store.storage().lease(SWEEPER_LEASE, holder, false)? {
-            TryLease::Acquired(l) => return Ok(l),
-            TryLease::Busy { holder } => last = holder,
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    match store.storage().lease(SWEEPER_LEASE, holder, false)? {
+        TryLease::Acquired(l) => Ok(l),
+        TryLease::Busy { holder } => Err(Error::Conflict(format!(
+            "another sweep is running: holder=`{holder}`"
+        ))),
     }
-    Err(Error::Conflict(format!(
-        "another sweep is running: holder=`{last}`"
-    )))
 }
 
 /// Called by every writer right after it took its owner lease: wait while a

@@ -231,27 +231,17 @@ fn take_writer_lease(store: &Store, set: &str, wait: bool, token: &str) -> Resul
         std::process::id(),
         crate::token::now_ns()
     );
-    // A lease probe (`strata leases`) holds the lock for an instant: a busy
-    // answer is retried for a moment before it means another commit.
-    let mut last = String::new();
-    for _ in 0..WRITER_TRIES {
-        match store
-            .storage()
-            .lease(&keys::writer_lease(set), &holder, wait)?
-        {
-            TryLease::Acquired(l) => return Ok(l),
-            TryLease::Busy { holder } => last = holder,
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    match store
+        .storage()
+        .lease(&keys::writer_lease(set), &holder, wait)?
+    {
+        TryLease::Acquired(l) => Ok(l),
+        TryLease::Busy { holder } => Err(Error::Busy {
+            set: set.to_string(),
+            holder,
+        }),
     }
-    Err(Error::Busy {
-        set: set.to_string(),
-        holder: last,
-    })
 }
-
-/// Attempts to take a busy write lease without `--wait`, 10 ms apart.
-const WRITER_TRIES: usize = 5;
 
 /// Check the options and resolve the directory (a symlinked `DIR` commits
 /// the directory it names; nothing below it is ever followed).

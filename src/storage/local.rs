@@ -167,6 +167,23 @@ fn flock(file: &File, wait: bool) -> io::Result<bool> {
     }
 }
 
+/// A lease probe holds the lock for an instant, so a taker that does not
+/// wait retries for a moment before it calls the lease busy.
+const PROBE_RETRIES: usize = 10;
+
+fn flock_past_probes(file: &File, wait: bool) -> io::Result<bool> {
+    if wait {
+        return flock(file, true);
+    }
+    for _ in 0..PROBE_RETRIES {
+        if flock(file, false)? {
+            return Ok(true);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    flock(file, false)
+}
+
 fn open_lock_file(path: &Path) -> Result<File> {
     OpenOptions::new()
         .read(true)
@@ -420,7 +437,7 @@ impl Storage for LocalStorage {
             return Ok(TryLease::Acquired(lease));
         }
         let mut file = open_lock_file(&path)?;
-        if !flock(&file, wait).ctx("flock", &path)? {
+        if !flock_past_probes(&file, wait).ctx("flock", &path)? {
             return Ok(TryLease::Busy {
                 holder: read_holder(&mut file),
             });

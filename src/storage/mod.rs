@@ -83,7 +83,9 @@ pub trait Storage: Send + Sync + Debug {
     fn local_path(&self, key: &str) -> Option<PathBuf>;
     /// Local scratch directory for staging files of one owner.
     fn scratch_dir(&self, name: &str) -> Result<PathBuf>;
-    /// Take the lease at `key`, waiting for it if `wait`.
+    /// Take the lease at `key`, waiting for it if `wait`. Without `wait`,
+    /// a lease only probed at that instant ([`Storage::probe_lease`]) is not
+    /// reported busy.
     fn lease(&self, key: &str, holder: &str, wait: bool) -> Result<TryLease>;
     /// Probe a lease without taking it for longer than the probe.
     fn probe_lease(&self, key: &str) -> Result<LeaseState>;
