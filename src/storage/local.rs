@@ -167,6 +167,15 @@ fn flock(file: &File, wait: bool) -> io::Result<bool> {
     }
 }
 
+/// The entries of `path`, `None` when it does not exist.
+fn read_dir_if_exists(path: &Path) -> Result<Option<fs::ReadDir>> {
+    match fs::read_dir(path) {
+        Ok(rd) => Ok(Some(rd)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("readdir", path, e)),
+    }
+}
+
 /// A lease probe holds the lock for an instant, so a taker that does not
 /// wait retries for a moment before it calls the lease busy.
 const PROBE_RETRIES: usize = 10;
@@ -358,10 +367,8 @@ impl Storage for LocalStorage {
 
     fn list(&self, dir: &str) -> Result<Vec<String>> {
         let path = self.path(dir);
-        let rd = match fs::read_dir(&path) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io("readdir", &path, e)),
+        let Some(rd) = read_dir_if_exists(&path)? else {
+            return Ok(Vec::new());
         };
         let mut names = Vec::new();
         for entry in rd {
@@ -378,10 +385,8 @@ impl Storage for LocalStorage {
 
     fn list_sizes(&self, dir: &str) -> Result<Vec<(String, u64)>> {
         let path = self.path(dir);
-        let rd = match fs::read_dir(&path) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io("readdir", &path, e)),
+        let Some(rd) = read_dir_if_exists(&path)? else {
+            return Ok(Vec::new());
         };
         let mut out = Vec::new();
         for entry in rd {
