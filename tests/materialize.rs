@@ -296,25 +296,7 @@ fn a_cancelled_task_changes_nothing_and_a_new_one_can_follow() {
 #[test]
 fn mostly_dead_packs_are_rewritten_and_dropped_from_the_new_base() {
     let t = tempfile::tempdir().unwrap();
-    let (src, st) = (t.path().join("src"), t.path().join("store"));
-    for i in 0..100 {
-        write(&src, &format!("f{i:03}"), &noise(i, 2000));
-    }
-    let store = new_store(&st);
-    commit_dir(&store, "s", &src);
-    let first = GenView::open(&store, "s", Some(1), "t").unwrap();
-    let old_packs: Vec<String> = first
-        .base
-        .manifest
-        .packs
-        .iter()
-        .map(|p| p.name.clone())
-        .collect();
-    drop(first);
-    for i in 0..80 {
-        write(&src, &format!("f{i:03}"), &noise(i + 500, 2000));
-    }
-    commit_dir(&store, "s", &src);
+    let (src, st, store, old_packs) = mostly_dead_packs(t.path());
     let before = snapshot_gen(&store, "s", Some(2));
     ok(&strata(&st, &["materialize", "--set", "s"], None));
     let view = GenView::open(&store, "s", Some(2), "t").unwrap();

@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -78,14 +78,20 @@ fn dir_bytes(p: &Path) -> u64 {
         .sum()
 }
 
-/// Eight rounds of full rewrites, keep-last 2 stored as the policy.
-fn many_generations(t: &Path) -> (std::path::PathBuf, std::path::PathBuf, Store) {
+/// `rounds` full rewrites, each committed as a base, in a new store.
+fn rewritten(t: &Path, rounds: u64) -> (PathBuf, PathBuf, Store) {
     let (src, st) = (t.join("src"), t.join("store"));
     let store = new_store(&st);
-    for round in 1..=8 {
+    for round in 1..=rounds {
         rewrite(&src, round);
         commit_base(&store, "s", &src);
     }
+    (src, st, store)
+}
+
+/// Eight rounds of full rewrites, keep-last 2 stored as the policy.
+fn many_generations(t: &Path) -> (PathBuf, PathBuf, Store) {
+    let (src, st, store) = rewritten(t, 8);
     ok(&strata(
         &st,
         &["retain", "--set", "s", "--keep-last", "2"],
@@ -132,12 +138,7 @@ fn keep_last_two_and_two_sweeps_shrink_the_store_to_the_live_data() {
 #[test]
 fn a_tagged_generation_is_kept_by_retention_and_its_data_survives_sweeps() {
     let t = tempfile::tempdir().unwrap();
-    let (src, st) = (t.path().join("src"), t.path().join("store"));
-    let store = new_store(&st);
-    for round in 1..=4 {
-        rewrite(&src, round);
-        commit_base(&store, "s", &src);
-    }
+    let (_src, st, store) = rewritten(t.path(), 4);
     ok(&strata(
         &st,
         &["tag", "--set", "s", "--gen", "2", "keep-me"],
@@ -395,12 +396,7 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
 #[test]
 fn retain_dry_run_and_keep_all_retire_nothing() {
     let t = tempfile::tempdir().unwrap();
-    let (src, st) = (t.path().join("src"), t.path().join("store"));
-    let store = new_store(&st);
-    for round in 1..=4 {
-        rewrite(&src, round);
-        commit_base(&store, "s", &src);
-    }
+    let (_src, st, _store) = rewritten(t.path(), 4);
     let plan = ok(&strata(
         &st,
         &["retain", "--set", "s", "--keep-last", "1", "--dry-run"],
@@ -437,24 +433,7 @@ fn an_unreadable_condemned_list_restarts_the_grace_and_sweeps_go_on() {
 #[test]
 fn packs_rewritten_by_materialization_are_swept_once_unreachable() {
     let t = tempfile::tempdir().unwrap();
-    let (src, st) = (t.path().join("src"), t.path().join("store"));
-    for i in 0..100 {
-        write(&src, &format!("f{i:03}"), &noise(i, 2000));
-    }
-    let store = new_store(&st);
-    commit_dir(&store, "s", &src);
-    let old_packs: Vec<String> = strata::compose::GenView::open(&store, "s", Some(1), "t")
-        .unwrap()
-        .base
-        .manifest
-        .packs
-        .iter()
-        .map(|p| p.name.clone())
-        .collect();
-    for i in 0..80 {
-        write(&src, &format!("f{i:03}"), &noise(i + 500, 2000));
-    }
-    commit_dir(&store, "s", &src);
+    let (_src, st, store, old_packs) = mostly_dead_packs(t.path());
     let expected = snapshot_gen(&store, "s", Some(2));
     ok(&strata(
         &st,

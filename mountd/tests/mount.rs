@@ -871,16 +871,7 @@ fn readers_keep_working_through_materialization() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = strata::materialize::materialize(
-        &store,
-        &strata::materialize::MaterializeOptions {
-            set: "s".into(),
-            generation: Some(2),
-            wait: false,
-            plan_only: false,
-        },
-    )
-    .unwrap();
+    let out = materialize_gen(&store, 2);
     assert_eq!(out.state, Some(strata::task::TaskState::Published));
     assert_eq!(
         reads_from(&store, 2),
@@ -1018,6 +1009,26 @@ fn commit_base(store: &Store, src: &Path) -> u64 {
         .unwrap()
 }
 
+/// Store set `s`'s retention: keep the newest `n` generations.
+fn keep_last(store: &Store, n: u64) {
+    let policy = strata::retain::Policy {
+        keep_last: Some(n),
+        keep_within_s: None,
+    };
+    strata::retain::set_policy(store, "s", policy).unwrap();
+}
+
+/// Fold generation `g` of set `s` in this process.
+fn materialize_gen(store: &Store, g: u64) -> strata::materialize::Outcome {
+    let opts = strata::materialize::MaterializeOptions {
+        set: "s".into(),
+        generation: Some(g),
+        wait: false,
+        plan_only: false,
+    };
+    strata::materialize::materialize(store, &opts).unwrap()
+}
+
 fn pinned_generations(store: &Store) -> Vec<u64> {
     strata::pin::list(store)
         .unwrap()
@@ -1059,15 +1070,7 @@ fn readers_in_retired_generations_keep_reading_until_they_let_go() {
         write(&src, "b.bin", &noise(round, 400_000));
         commit_base(&store, &src);
     }
-    strata::retain::set_policy(
-        &store,
-        "s",
-        strata::retain::Policy {
-            keep_last: Some(1),
-            keep_within_s: None,
-        },
-    )
-    .unwrap();
+    keep_last(&store, 1);
     let sock = control_socket(&st);
     for _ in 0..2 {
         let r = exchange(
@@ -1118,15 +1121,7 @@ fn the_daemon_sweeps_on_its_schedule_and_reports_it() {
         write(&src, "f.bin", &noise(round, 200_000));
         commit_base(&store, &src);
     }
-    strata::retain::set_policy(
-        &store,
-        "s",
-        strata::retain::Policy {
-            keep_last: Some(1),
-            keep_within_s: None,
-        },
-    )
-    .unwrap();
+    keep_last(&store, 1);
     let _m = Mount::start_with(&st, &mnt, &["--sweep-every-s", "1", "--sweep-grace-s", "0"]);
     let start = Instant::now();
     loop {
@@ -1181,16 +1176,7 @@ fn a_materialized_older_generation_serves_new_walks_from_its_new_base() {
             .collect()
     };
     assert_eq!(held_reps(2), vec!["delta".to_string()]);
-    let out = strata::materialize::materialize(
-        &store,
-        &strata::materialize::MaterializeOptions {
-            set: "s".into(),
-            generation: Some(2),
-            wait: false,
-            plan_only: false,
-        },
-    )
-    .unwrap();
+    let out = materialize_gen(&store, 2);
     assert_eq!(out.state, Some(strata::task::TaskState::Published));
     // The daemon notices within a few refreshes and serves new walks from
     // the base; the open file keeps the delta it was opened from.

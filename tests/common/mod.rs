@@ -111,6 +111,31 @@ pub fn snapshot_gen(store: &Store, set: &str, gen: Option<u64>) -> Snapshot {
     out
 }
 
+/// A store whose generation 2 is a delta that overwrote 80 of the 100 small
+/// files of generation 1, so generation 1's packs are 20% live in it.
+/// Returns (source, store path, store, names of generation 1's packs).
+pub fn mostly_dead_packs(t: &Path) -> (PathBuf, PathBuf, Store, Vec<String>) {
+    let (src, st) = (t.join("src"), t.join("store"));
+    for i in 0..100 {
+        write(&src, &format!("f{i:03}"), &noise(i, 2000));
+    }
+    let store = new_store(&st);
+    commit_dir(&store, "s", &src);
+    let old_packs = GenView::open(&store, "s", Some(1), "t")
+        .unwrap()
+        .base
+        .manifest
+        .packs
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
+    for i in 0..80 {
+        write(&src, &format!("f{i:03}"), &noise(i + 500, 2000));
+    }
+    commit_dir(&store, "s", &src);
+    (src, st, store, old_packs)
+}
+
 pub fn write(root: &Path, rel: &str, data: &[u8]) {
     let p = root.join(rel);
     fs::create_dir_all(p.parent().unwrap()).unwrap();
