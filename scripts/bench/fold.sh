@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
 WORK="${1:-$ROOT/target/bench-fold}"
-command -v /usr/bin/time >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time; }
+. "$ROOT/scripts/bench/lib.sh"
+need /usr/bin/time:time
 cargo build --release --quiet --workspace
 STRATA="$ROOT/target/release/strata"
 SHM="$(mktemp -d /dev/shm/strata-fold.XXXXXX)"

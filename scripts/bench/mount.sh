@@ -15,9 +15,8 @@ ROOT="$PWD"
 KIND="${1:-mixed}"
 case "$KIND" in mixed|wide1m) ;; *) echo "usage: $0 [mixed|wide1m] [WORKDIR]" >&2; exit 2 ;; esac
 WORK="${2:-$ROOT/target/bench-mount-$KIND}"
-for pkg in restic:restic mksquashfs:squashfs-tools squashfuse_ll:squashfuse fusermount3:fuse3 bc:bc /usr/bin/time:time; do
-    command -v "${pkg%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg##*:}"; }
-done
+. "$ROOT/scripts/bench/lib.sh"
+need restic:restic mksquashfs:squashfs-tools squashfuse_ll:squashfuse fusermount3:fuse3 bc:bc /usr/bin/time:time
 cargo build --release --quiet --workspace
 STRATA="$ROOT/target/release/strata"
 export RESTIC_PASSWORD=bench RESTIC_CACHE_DIR="$WORK/restic-cache"

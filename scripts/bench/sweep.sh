@@ -17,9 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
 WORK="${1:-$ROOT/target/bench-sweep}"
-for pkg in restic:restic bc:bc /usr/bin/time:time; do
-    command -v "${pkg%%:*}" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg##*:}"; }
-done
+. "$ROOT/scripts/bench/lib.sh"
+need restic:restic bc:bc /usr/bin/time:time
 cargo build --release --quiet --workspace
 STRATA="$ROOT/target/release/strata"
 export RESTIC_PASSWORD=bench RESTIC_CACHE_DIR="$WORK/restic-cache"
