@@ -474,8 +474,8 @@ impl StrataFs {
         let all = GenIndex::new(self.gens.store(), set)
             .all()
             .map_err(|e| errno(&e, "list generations"))?;
-        let held = self.gens.held();
-        let pinned = |g: u64| held.iter().any(|(s, h)| s == set && *h == g);
+        let held = self.gens.held_views();
+        let pinned = |g: u64| held.iter().any(|(s, h, _)| s == set && *h == g);
         Ok(all
             .into_iter()
             .filter(|(g, r)| r.state == State::Committed || pinned(*g))

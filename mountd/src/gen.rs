@@ -134,17 +134,8 @@ impl Gens {
             .clear();
     }
 
-    /// Generations some node, handle or `latest` of this daemon holds.
-    pub(crate) fn held(&self) -> Vec<(String, u64)> {
-        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        open.iter()
-            .filter(|(_, w)| w.strong_count() > 0)
-            .map(|(k, _)| k.clone())
-            .collect()
-    }
-
-    /// Held generations with the manifest their current view reads (the
-    /// view new users get).
+    /// Generations some node, handle or `latest` of this daemon holds, with
+    /// the manifest their current view reads (the view new users get).
     pub(crate) fn held_views(&self) -> Vec<(String, u64, String)> {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         open.iter()
