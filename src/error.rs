@@ -60,6 +60,13 @@ pub enum Error {
     Busy { set: String, holder: String },
     #[error("{} path(s) could not be read; nothing was published (use --skip-unreadable to record and skip them):\n  {}", .0.len(), .0.join("\n  "))]
     Unreadable(Vec<String>),
+    /// A sweep root could not be read; the sweep stopped before deleting.
+    #[error("sweep deleted nothing: a root could not be read during {during}")]
+    RootUnreadable {
+        during: &'static str,
+        #[source]
+        source: Box<Error>,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -78,6 +85,7 @@ impl Error {
             }
             Error::Conflict(_) | Error::Busy { .. } => ErrorKind::Conflict,
             Error::Internal(_) => ErrorKind::Internal,
+            Error::RootUnreadable { source, .. } => source.kind(),
         }
     }
 

@@ -800,14 +800,10 @@ fn previous_condemned(
     })
 }
 
-fn root_unreadable(e: Error, during: &str) -> Error {
-    Error::Corrupt {
-        what: "sweep root",
-        file: during.to_string(),
-        check: format!(
-            "a root could not be read, so this sweep deletes nothing: {}",
-            crate::cli_chain(&e)
-        ),
+fn root_unreadable(e: Error, during: &'static str) -> Error {
+    Error::RootUnreadable {
+        during,
+        source: Box::new(e),
     }
 }
 

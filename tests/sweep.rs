@@ -455,3 +455,23 @@ fn packs_rewritten_by_materialization_are_swept_once_unreachable() {
     assert_eq!(snapshot_gen(&store, "s", Some(2)), expected);
     ok(&strata(&st, &["verify", "--all"], None));
 }
+
+#[test]
+fn an_unreadable_root_makes_the_sweep_delete_nothing_and_say_why() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st, store) = many_generations(t.path());
+    sweep_json(&st);
+    let latest = strata::compose::GenView::open(&store, "s", None, "t")
+        .unwrap()
+        .top()
+        .manifest_name
+        .clone();
+    std::fs::write(st.join(format!("manifests/{latest}.json")), b"{garbage").unwrap();
+    let before = object_bytes(&st);
+    let out = strata(&st, &["sweep", "--grace", "0s"], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("sweep deleted nothing"), "{err}");
+    assert!(err.contains(&latest), "names the manifest: {err}");
+    assert_eq!(object_bytes(&st), before, "nothing was deleted");
+}
