@@ -475,3 +475,22 @@ fn an_unreadable_root_makes_the_sweep_delete_nothing_and_say_why() {
     assert!(err.contains(&latest), "names the manifest: {err}");
     assert_eq!(object_bytes(&st), before, "nothing was deleted");
 }
+
+#[test]
+fn keep_within_keeps_recent_generations_only() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st, _store) = rewritten(t.path(), 3);
+    let hour = ok(&strata(
+        &st,
+        &["retain", "--set", "s", "--keep-within", "1h"],
+        None,
+    ));
+    assert!(hour.contains("retired: none"), "{hour}");
+    std::thread::sleep(Duration::from_millis(1100));
+    let second = ok(&strata(
+        &st,
+        &["retain", "--set", "s", "--keep-within", "1s"],
+        None,
+    ));
+    assert!(second.contains("retired: 1 2"), "latest stays: {second}");
+}
