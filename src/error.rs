@@ -67,6 +67,18 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A request to a remote store failed (after the client's own retries).
+    #[error("remote store request failed: op=`{op}` key=`{key}`")]
+    Remote {
+        op: &'static str,
+        key: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A remote lease was not renewed in time and may have been taken over;
+    /// nothing more is published under it.
+    #[error("lease lost (not renewed within its ttl; another party may hold it now): key=`{key}`")]
+    Fenced { key: String },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -76,14 +88,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Io { .. } | Error::NotFound { .. } | Error::Unreadable(_) => {
-                ErrorKind::Unavailable
-            }
+            Error::Io { .. }
+            | Error::NotFound { .. }
+            | Error::Unreadable(_)
+            | Error::Remote { .. } => ErrorKind::Unavailable,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::TooLarge { .. } | Error::Invalid(_) | Error::NewerFormat { .. } => {
                 ErrorKind::InvalidInput
             }
-            Error::Conflict(_) | Error::Busy { .. } => ErrorKind::Conflict,
+            Error::Conflict(_) | Error::Busy { .. } | Error::Fenced { .. } => ErrorKind::Conflict,
             Error::Internal(_) => ErrorKind::Internal,
             Error::RootUnreadable { source, .. } => source.kind(),
         }

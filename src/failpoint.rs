@@ -136,6 +136,8 @@ pub enum Action {
     Kill,
     /// Fail the step with this errno (EIO, ENOSPC, EXDEV, ...).
     Errno(i32),
+    /// SIGSTOP the current process (a pause: it goes on after SIGCONT).
+    Stop,
 }
 
 /// Registry of armed failpoints; empty in production.
@@ -154,7 +156,7 @@ impl FailPoints {
         self
     }
 
-    /// Parse `step=action[,step=action...]`; actions: kill, eio, enospc, exdev.
+    /// Parse `step=action[,step=action...]`; actions: kill, stop, eio, enospc, exdev.
     pub fn parse(spec: &str) -> Result<FailPoints> {
         let mut fp = FailPoints::none();
         for item in spec.split(',').filter(|s| !s.is_empty()) {
@@ -177,6 +179,11 @@ impl FailPoints {
                 unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
                 Err(Error::Internal(format!("survived SIGKILL at step={step}")))
             }
+            Some(Action::Stop) => {
+                // SAFETY: raising a signal on our own pid has no memory effects.
+                unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+                Ok(())
+            }
             Some(Action::Errno(code)) => Err(Error::io(
                 "failpoint",
                 step.name(),
@@ -189,6 +196,7 @@ impl FailPoints {
 fn parse_action(s: &str) -> Result<Action> {
     Ok(match s {
         "kill" => Action::Kill,
+        "stop" => Action::Stop,
         "eio" => Action::Errno(libc::EIO),
         "enospc" => Action::Errno(libc::ENOSPC),
         "exdev" => Action::Errno(libc::EXDEV),

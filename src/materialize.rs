@@ -435,8 +435,10 @@ fn run(store: &Store, claimed: &TaskRecord, staging: &Staging) -> Result<TaskRec
         base: None,
         state: State::Prepared,
     };
+    crate::publish::check_leases(&[staging.owner()])?;
     let prepared = index.prepare_rep(generation, source, rep, &claimed.id)?;
     fp.hit(Step::RepPrepared)?;
+    crate::publish::check_leases(&[staging.owner()])?;
     index.commit_rep(&prepared, &output)?;
     fp.hit(Step::RepCommitted)?;
     drop(view);

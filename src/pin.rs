@@ -187,13 +187,14 @@ fn inspect(store: &Store, key: &str) -> Result<Option<PinInfo>> {
         crate::storage::LeaseState::Held { .. } => PinState::Held,
         crate::storage::LeaseState::Unheld => PinState::Unheld,
     };
-    let body = match store.storage().get(key, 64 << 10) {
-        Ok(b) => b,
-        Err(e) if e.is_not_found() => return Ok(None),
+    let body = match store.storage().lease_holder(key) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
+        Err(e) if e.kind() == crate::error::ErrorKind::Corrupt => String::new(),
         Err(e) => return Err(e),
     };
     let held = state == PinState::Held;
-    let parsed = serde_json::from_slice::<PinRecord>(&body)
+    let parsed = serde_json::from_str::<PinRecord>(&body)
         .ok()
         .filter(|p| p.tag == "strata-pin" && p.version == 1);
     Ok(Some(match parsed {

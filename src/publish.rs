@@ -23,6 +23,7 @@ use crate::identity::IdentityHasher;
 use crate::index::GenIndex;
 use crate::row::{BlobLoc, Kind, Row};
 use crate::spill::{SortBudget, Sorter};
+use crate::storage::Lease;
 use crate::store::{keys, Store};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
@@ -42,6 +43,9 @@ pub struct PublishInput<'a> {
     pub partial: bool,
     pub staging: &'a Path,
     pub budget: SortBudget,
+    /// Leases the publication is made under; each is checked right before
+    /// the index records are written (a lost remote lease fences it).
+    pub leases: &'a [&'a dyn Lease],
 }
 
 /// Differences between the parent and the new generation.
@@ -387,6 +391,11 @@ fn merge(input: &PublishInput<'_>, kind: RepKind, journal: crate::spill::Sorted)
     })
 }
 
+/// Fencing: a publication stops if any lease it runs under may be lost.
+pub(crate) fn check_leases(leases: &[&dyn Lease]) -> Result<()> {
+    leases.iter().try_for_each(|l| l.check())
+}
+
 fn commit_merged(
     input: &PublishInput<'_>,
     kind: RepKind,
@@ -411,8 +420,10 @@ fn commit_merged(
         .put_if_absent(&keys::manifest(&name), &bytes)?;
     fp.hit(Step::ManifestWritten)?;
     let index = GenIndex::new(store, input.set);
+    check_leases(input.leases)?;
     let prepared = index.prepare(index_record(input, &manifest, &name))?;
     fp.hit(Step::Prepared)?;
+    check_leases(input.leases)?;
     index.commit(&prepared)?;
     fp.hit(Step::Committed)?;
     let warnings = match index.advance_hint(input.generation) {

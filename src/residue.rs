@@ -55,10 +55,34 @@ fn verdict(state: LeaseState) -> (Verdict, String) {
 /// Every pin, staging owner and orphaned journal with its verdict: what a
 /// sweep reclaims or reports.
 pub fn scan(store: &Store) -> Result<Vec<LeaseInfo>> {
+    settle(store)?;
     let mut out = pins(store)?;
     out.extend(staging(store)?);
     out.extend(orphan_journals(store)?);
     Ok(out)
+}
+
+/// Where lease liveness is decided by observation (remote stores), watch
+/// every pin and staging owner once, for up to a lease ttl, so that the
+/// verdicts that follow are settled rather than "not observed long enough".
+fn settle(store: &Store) -> Result<()> {
+    let storage = store.storage();
+    if storage.lease_ttl().is_none() {
+        return Ok(());
+    }
+    let mut leases = Vec::new();
+    for set in storage.list("pins")? {
+        for name in storage.list(&keys::pin_dir(&set))? {
+            leases.push(format!("{}/{name}", keys::pin_dir(&set)));
+        }
+    }
+    for name in storage.list("staging")? {
+        if name.ends_with(".owner") {
+            leases.push(format!("staging/{name}"));
+        }
+    }
+    storage.probe_leases(&leases)?;
+    Ok(())
 }
 
 /// [`scan`] plus the store's reusable lock files (`strata leases`).
@@ -222,15 +246,22 @@ pub fn reclaim(store: &Store, items: &[LeaseInfo]) -> Result<Vec<LeaseInfo>> {
 
 /// Holder of some live writer (a held staging owner: a commit or a
 /// materialization attempt), if any.
+///
+/// On a store whose leases are decided by observation, an owner that only
+/// *looks* dead still counts: until a reclaim removes its lease object it
+/// could renew after a pause and publish, so only reclaimed owners are gone.
 pub fn live_writer(store: &Store) -> Result<Option<String>> {
+    let observed = store.storage().lease_ttl().is_some();
     for name in store.storage().list("staging")? {
         let Some(token) = name.strip_suffix(".owner") else {
             continue;
         };
-        if let LeaseState::Held { holder } =
-            store.storage().probe_lease(&keys::staging_owner(token))?
-        {
-            return Ok(Some(holder));
+        match store.storage().probe_lease(&keys::staging_owner(token))? {
+            LeaseState::Held { holder } => return Ok(Some(holder)),
+            LeaseState::Unheld if observed => {
+                return Ok(Some(format!("unreclaimed owner of staging {token}")))
+            }
+            _ => {}
         }
     }
     Ok(None)

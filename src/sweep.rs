@@ -52,6 +52,8 @@ const REPORT_TAG: &str = "strata-sweep-report";
 pub const REPORT_VERSION: u32 = 1;
 const MAX_CONDEMNED_BYTES: u64 = 1 << 30;
 const MAX_REPORT_BYTES: u64 = 64 << 20;
+/// Least grace on a remote store, in lease ttls (see `effective_grace`).
+pub const REMOTE_GRACE_TTLS: u32 = 3;
 /// Default grace: an object is deleted only after it stayed condemned this long.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(15 * 60);
 /// Objects deleted per batch, at most.
@@ -706,11 +708,30 @@ pub fn yield_cpu() {
     }
 }
 
+/// On a store whose leases expire by observation, the grace is at least
+/// [`REMOTE_GRACE_TTLS`] lease ttls: one for a dead holder to be recognised,
+/// one for a publication (fenced at 3/4 of a ttl), one as a margin for
+/// clock-rate skew between hosts.
+fn effective_grace(store: &Store, asked: Duration, report: &mut SweepReport) -> Duration {
+    let Some(ttl) = store.storage().lease_ttl() else {
+        return asked;
+    };
+    let floor = ttl * REMOTE_GRACE_TTLS;
+    if asked >= floor {
+        return asked;
+    }
+    report.warnings.push(format!(
+        "grace raised from {asked:?} to {floor:?} ({REMOTE_GRACE_TTLS} lease ttls on a remote store)"
+    ));
+    report.grace_ms = floor.as_millis() as u64;
+    floor
+}
+
 /// Run one sweep (see the module docs for the steps).
 pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
     let started = Instant::now();
     let now = crate::token::now_ns();
-    let _sweeper = take_sweeper(store, &opts.holder)?;
+    let sweeper = take_sweeper(store, &opts.holder)?;
     let mut report = SweepReport {
         tag: REPORT_TAG.into(),
         version: REPORT_VERSION,
@@ -752,7 +773,8 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
     let prev = previous_condemned(store, known.last().copied(), &mut report);
     let (condemned, listed) = unreachable(store, &marks, &prev, epoch, now)?;
     report.objects = listed;
-    let grace_ns = opts.grace.as_nanos().min(i64::MAX as u128) as i64;
+    let grace = effective_grace(store, opts.grace, &mut report);
+    let grace_ns = grace.as_nanos().min(i64::MAX as u128) as i64;
     let mut deletable = Vec::new();
     for c in &condemned {
         report.condemned.add(c.size);
@@ -772,7 +794,7 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
     }
     write_condemned(store, epoch, &condemned, now)?;
     store.failpoints().hit(Step::Condemned)?;
-    delete(store, opts, &mut marks, &deletable, &mut report)?;
+    delete(store, opts, &*sweeper, &mut marks, &deletable, &mut report)?;
     report.space.condemned.count -= report.deleted.count;
     report.space.condemned.bytes -= report.deleted.bytes;
     report.duration_ms = started.elapsed().as_millis() as u64;
@@ -903,6 +925,7 @@ fn staging_space(store: &Store) -> Result<Tally> {
 fn delete(
     store: &Store,
     opts: &SweepOptions,
+    sweeper: &dyn crate::storage::Lease,
     marks: &mut Marks,
     deletable: &[Condemned],
     report: &mut SweepReport,
@@ -928,6 +951,8 @@ fn delete(
         marks
             .roots(store)
             .map_err(|e| root_unreadable(e, "re-mark before deleting"))?;
+        sweeper.check()?;
+        _deleting.check()?;
         next = delete_batch(store, marks, deletable, next, report)?;
         drop(_deleting);
         store.failpoints().hit(Step::BatchDeleted)?;

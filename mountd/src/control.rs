@@ -300,6 +300,7 @@ fn status(ctx: &Context) -> Answer {
         "verify_failures": ctx.stats.verify_failures.load(Ordering::Relaxed),
         "rss_bytes": rss_bytes(),
         "last_sweep": ctx.last_sweep.get(),
+        "remote_requests": ctx.gens.store().storage().request_counts(),
     }))
 }
 

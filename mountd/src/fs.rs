@@ -604,14 +604,8 @@ impl StrataFs {
 
     fn open_standalone(&self, digest: [u8; 32], what: &str) -> Reply<Opened> {
         let key = keys::blob(&hex::encode(digest));
-        let path = self
-            .gens
-            .store()
-            .storage()
-            .local_path(&key)
-            .ok_or(Errno::EIO)?;
-        let file = File::open(&path).map_err(|e| {
-            error!("{what}: open blob {}: {e}", path.display());
+        let file = self.gens.store().storage().open_file(&key).map_err(|e| {
+            error!("{what}: open blob {key}: {}", strata::cli_chain(&e));
             Errno::EIO
         })?;
         self.verify_standalone(&file, digest, what)?;

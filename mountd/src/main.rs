@@ -24,8 +24,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use strata::format::record::State;
 use strata::index::GenIndex;
-use strata::storage::LocalStorage;
-use strata::store::{default_location, Store};
+use strata::storage::StoreArgs;
+use strata::store::Store;
 use tracing::{error, info};
 
 #[derive(Parser)]
@@ -35,9 +35,8 @@ use tracing::{error, info};
     about = "Serve a strata store as a read-only FUSE directory"
 )]
 struct Args {
-    /// Store location (default: $STRATA_STORE, $XDG_DATA_HOME/strata, ~/.local/share/strata)
-    #[arg(long)]
-    store: Option<PathBuf>,
+    #[command(flatten)]
+    store: StoreArgs,
     /// Serve only these sets (repeatable); default: every set
     #[arg(long)]
     set: Vec<String>,
@@ -65,6 +64,10 @@ struct Args {
     /// Or when the base under a delta is older than this many seconds (0: never)
     #[arg(long, default_value_t = 0)]
     materialize_max_age_s: u64,
+    /// How often each set's latest generation is re-read, milliseconds
+    /// (raise it for a remote store to save requests)
+    #[arg(long, default_value_t = 500)]
+    poll_ms: u64,
     /// Sweep the store every this many seconds (0: only on request)
     #[arg(long, default_value_t = 3600)]
     sweep_every_s: u64,
@@ -75,7 +78,6 @@ struct Args {
 }
 
 /// How often the latest generation of every set is re-read and pinned.
-const REFRESH_EVERY: Duration = Duration::from_millis(500);
 /// Every how many refreshes held generations are checked against the index.
 const HELD_CHECK_EVERY: u64 = 4;
 /// How long shutdown waits for an active materialization.
@@ -108,12 +110,10 @@ fn init_logging() {
 
 fn run(args: Args) -> Result<(), String> {
     block_stop_signals();
-    let root = match args.store {
-        Some(p) => p,
-        None => default_location().map_err(|e| e.to_string())?,
-    };
-    let store =
-        Store::open(Arc::new(LocalStorage::new(&root))).map_err(|e| strata::cli_chain(&e))?;
+    let location = args.store.location().map_err(|e| strata::cli_chain(&e))?;
+    let root = location.local_dir().to_path_buf();
+    let storage = location.open().map_err(|e| strata::cli_chain(&e))?;
+    let store = Store::open(storage).map_err(|e| strata::cli_chain(&e))?;
     for s in &args.set {
         strata::store::check_set_name(s).map_err(|e| e.to_string())?;
     }
@@ -168,6 +168,7 @@ fn run(args: Args) -> Result<(), String> {
         args.set,
         session.notifier(),
         materializer.clone(),
+        Duration::from_millis(args.poll_ms.max(10)),
     );
     let sweeps = (args.sweep_every_s > 0)
         .then(|| {
@@ -307,7 +308,7 @@ fn follow_held(gens: &gen::Gens, notifier: &Notifier) {
     }
 }
 
-/// Re-read and pin each set's latest generation every [`REFRESH_EVERY`]
+/// Re-read and pin each set's latest generation every `every`
 /// until the returned sender is dropped; join the handle to release it.
 /// When a set's latest moves, the kernel's cached `latest` symlink is
 /// invalidated (symlink targets are cached, so reads through `latest` do not
@@ -318,6 +319,7 @@ fn spawn_refresher(
     only: Vec<String>,
     notifier: Notifier,
     materializer: Arc<worker::Materializer>,
+    every: Duration,
 ) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let (stop, stopped) = mpsc::channel::<()>();
     let handle = std::thread::spawn(move || {
@@ -347,7 +349,7 @@ fn spawn_refresher(
             if cycle % HELD_CHECK_EVERY == 0 {
                 follow_held(&gens, &notifier);
             }
-            if stopped.recv_timeout(REFRESH_EVERY) != Err(mpsc::RecvTimeoutError::Timeout) {
+            if stopped.recv_timeout(every) != Err(mpsc::RecvTimeoutError::Timeout) {
                 return;
             }
         }

@@ -19,7 +19,7 @@ pub(crate) struct RetainArgs {
     #[arg(long, value_name = "N")]
     keep_last: Option<u64>,
     /// Keep generations committed within this duration (90s, 15m, 12h, 7d, 2w)
-    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
     keep_within: Option<Duration>,
     /// Keep everything again (forget the policy's limits)
     #[arg(long, conflicts_with_all = ["keep_last", "keep_within"])]
@@ -37,7 +37,7 @@ pub(crate) struct SweepArgs {
     #[arg(long)]
     dry_run: bool,
     /// Delete only objects condemned at least this long ago (0s for tests)
-    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
     grace: Option<Duration>,
     /// Run in this process even when a mount daemon of the store runs
     #[arg(long)]
@@ -47,24 +47,6 @@ pub(crate) struct SweepArgs {
 }
 
 /// `90s`, `15m`, `12h`, `7d`, `2w`, or plain seconds.
-pub(crate) fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}`: expected a number with a unit (s, m, h, d, w)"))?;
-    let mult = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        "w" => 604_800,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (s, m, h, d, w)")),
-    };
-    n.checked_mul(mult)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("`{s}`: too long"))
-}
-
 pub(crate) fn retain(store: &Store, a: RetainArgs) -> Result<i32> {
     strata::store::check_set_name(&a.set)?;
     let changes = a.keep_last.is_some() || a.keep_within.is_some() || a.keep_all;

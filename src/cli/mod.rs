@@ -19,8 +19,8 @@ use strata::failpoint::FailPoints;
 use strata::format::record::State;
 use strata::index::GenIndex;
 use strata::row::{normalize, Kind, Row};
-use strata::storage::LocalStorage;
-use strata::store::{default_location, Store};
+use strata::storage::StoreArgs;
+use strata::store::Store;
 use strata::verify::{verify, Selection};
 
 #[derive(Parser)]
@@ -30,9 +30,8 @@ use strata::verify::{verify, Selection};
     about = "Versioned, verifiable file-tree generations"
 )]
 struct Cli {
-    /// Store location (default: $STRATA_STORE, $XDG_DATA_HOME/strata, ~/.local/share/strata)
-    #[arg(long, global = true, value_name = "PATH")]
-    store: Option<PathBuf>,
+    #[command(flatten)]
+    store: StoreArgs,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -100,10 +99,10 @@ struct MountCmd {
     #[arg(long)]
     no_materialize: bool,
     /// Sweep the store on this schedule (0s: only on request; default 1h)
-    #[arg(long, value_name = "D", value_parser = gc::parse_duration)]
+    #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
     sweep_every: Option<std::time::Duration>,
     /// Grace of scheduled sweeps (default 15m)
-    #[arg(long, value_name = "D", value_parser = gc::parse_duration)]
+    #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
     sweep_grace: Option<std::time::Duration>,
     mountpoint: PathBuf,
 }
@@ -269,12 +268,25 @@ fn exit_code(kind: ErrorKind) -> i32 {
 
 pub(crate) fn run() -> i32 {
     let cli = Cli::parse();
-    match dispatch(cli) {
+    let code = match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("strata: error: {}", strata::cli_chain(&e));
             exit_code(e.kind())
         }
+    };
+    print_request_counts();
+    code
+}
+
+/// The storage opened by this command, kept when `STRATA_REQUEST_STATS` is
+/// set so its request counts can be printed at exit (for the benchmarks).
+static OPENED: std::sync::OnceLock<Arc<dyn strata::storage::Storage>> = std::sync::OnceLock::new();
+
+fn print_request_counts() {
+    if let Some(counts) = OPENED.get().and_then(|s| s.request_counts()) {
+        let line: Vec<String> = counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        eprintln!("strata: requests: {}", line.join(" "));
     }
 }
 
@@ -285,16 +297,18 @@ fn failpoints() -> Result<FailPoints> {
     }
 }
 
-fn store_path(cli_store: &Option<PathBuf>) -> Result<PathBuf> {
-    match cli_store {
-        Some(p) => Ok(p.clone()),
-        None => default_location(),
-    }
+/// The local directory of the store (the store itself, or a remote store's
+/// cache directory): control sockets and logs live under it.
+fn store_path(cli_store: &StoreArgs) -> Result<PathBuf> {
+    Ok(cli_store.location()?.local_dir().to_path_buf())
 }
 
-fn open(cli_store: &Option<PathBuf>) -> Result<Store> {
-    let path = store_path(cli_store)?;
-    Ok(Store::open(Arc::new(LocalStorage::new(path)))?.with_failpoints(failpoints()?))
+fn open(cli_store: &StoreArgs) -> Result<Store> {
+    let storage = cli_store.location()?.open()?;
+    if std::env::var_os("STRATA_REQUEST_STATS").is_some() {
+        let _ = OPENED.set(storage.clone());
+    }
+    Ok(Store::open(storage)?.with_failpoints(failpoints()?))
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {
@@ -336,9 +350,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Cmd::Mount(a) => {
             open(&cli.store)?;
-            let store = store_path(&cli.store)?;
             mount::mount(&mount::MountArgs {
-                store: &store,
+                store: &cli.store.location()?,
+                store_args: &cli.store,
                 mountpoint: &a.mountpoint,
                 sets: &a.set,
                 foreground: a.foreground,
@@ -359,18 +373,21 @@ fn print_json<T: Serialize>(v: &T) -> Result<i32> {
     Ok(0)
 }
 
-fn init(cli_store: &Option<PathBuf>) -> Result<i32> {
-    let path = store_path(cli_store)?;
+fn init(cli_store: &StoreArgs) -> Result<i32> {
+    let location = cli_store.location()?;
+    let path = location.local_dir();
     std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-        .create(&path)
-        .map_err(|e| Error::io("mkdir", &path, e))?;
-    let (_, created) = Store::init(Arc::new(LocalStorage::new(&path)))?;
+        .create(path)
+        .map_err(|e| Error::io("mkdir", path, e))?;
+    let storage = location.open()?;
+    let described = storage.describe();
+    let (_, created) = Store::init(storage)?;
     let verb = if created {
         "initialized"
     } else {
         "already initialized"
     };
-    println!("store {verb}: {}", path.display());
+    println!("store {verb}: {described}");
     Ok(0)
 }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use strata::error::{Error, Result};
+use strata::storage::{Location, StoreArgs};
 
 /// How long `strata mount` waits for the daemon to mount.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -34,7 +35,8 @@ pub(crate) fn is_mounted(point: &Path) -> bool {
 }
 
 pub(crate) struct MountArgs<'a> {
-    pub store: &'a Path,
+    pub store: &'a Location,
+    pub store_args: &'a StoreArgs,
     pub mountpoint: &'a Path,
     pub sets: &'a [String],
     pub foreground: bool,
@@ -56,11 +58,11 @@ pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
         )));
     }
     let mut cmd = Command::new(daemon_binary());
-    cmd.arg("--store")
-        .arg(a.store)
-        .arg("--verify")
-        .arg(a.verify)
-        .arg(&point);
+    match a.store {
+        Location::Local(p) => cmd.arg("--store").arg(p),
+        Location::S3(_) => cmd.args(a.store_args.to_args()),
+    };
+    cmd.arg("--verify").arg(a.verify).arg(&point);
     if a.preserve_owner {
         cmd.arg("--preserve-owner");
     }
@@ -82,10 +84,14 @@ pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
             .map_err(|e| Error::io("spawn", "strata-mountd", e))?;
         return Ok(status.code().unwrap_or(1));
     }
-    daemonize(cmd, a.store, &point)
+    let shown = match a.store {
+        Location::Local(p) => p.display().to_string(),
+        Location::S3(o) => format!("s3://{}/{}", o.endpoint.bucket, o.endpoint.prefix),
+    };
+    daemonize(cmd, a.store.local_dir(), &shown, &point)
 }
 
-fn daemonize(mut cmd: Command, store: &Path, point: &Path) -> Result<i32> {
+fn daemonize(mut cmd: Command, store: &Path, shown: &str, point: &Path) -> Result<i32> {
     let logs = store.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| Error::io("mkdir", &logs, e))?;
     let log_path = logs.join("mountd.log");
@@ -132,8 +138,7 @@ fn daemonize(mut cmd: Command, store: &Path, point: &Path) -> Result<i32> {
         s.display().to_string()
     });
     println!(
-        "mounted {} at {} (strata-mountd pid {}, log {})",
-        store.display(),
+        "mounted {shown} at {} (strata-mountd pid {}, log {})",
         point.display(),
         child.id(),
         log_path.display()

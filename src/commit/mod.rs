@@ -179,6 +179,13 @@ impl Staging {
     }
 }
 
+impl Staging {
+    /// The owner lease (for fencing publications made from this staging).
+    pub(crate) fn owner(&self) -> &dyn Lease {
+        &*self._owner
+    }
+}
+
 impl Drop for Staging {
     fn drop(&mut self) {
         let _ = self
@@ -277,7 +284,7 @@ pub fn commit(
     let started = Instant::now();
     let opts = &validated(opts)?;
     let token = crate::token::new_token();
-    let _writer = take_writer_lease(store, &opts.set, opts.wait, &token)?;
+    let writer_lease = take_writer_lease(store, &opts.set, opts.wait, &token)?;
     clean_residue(store, &opts.set)?;
     let parent = match GenIndex::new(store, &opts.set).latest()? {
         Some(r) => Some(GenView::open(
@@ -307,6 +314,7 @@ pub fn commit(
         &progress,
         &mut summary,
         &token,
+        &*writer_lease,
     );
     let _ = std::fs::remove_file(&journal_path);
     drop(staging);
@@ -349,6 +357,7 @@ fn observe_and_publish(
     progress: &Arc<Progress>,
     summary: &mut CommitSummary,
     token: &str,
+    writer: &dyn Lease,
 ) -> Result<()> {
     crate::storage::ensure_local_dir(journal_path.parent().unwrap_or(Path::new(".")))?;
     let header = JournalHeader {
@@ -390,6 +399,7 @@ fn observe_and_publish(
         partial: !summary.skipped_unreadable.is_empty(),
         staging: &staging.dir,
         budget: opts.budget,
+        leases: &[writer, staging.owner()],
     };
     let (changes, published) = publish(&input, journal_path)?;
     summary.publish_ms = started.elapsed().as_millis() as u64 - summary.observe_ms;

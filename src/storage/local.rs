@@ -429,6 +429,11 @@ impl Storage for LocalStorage {
         Some(self.path(key))
     }
 
+    fn open_file(&self, key: &str) -> Result<File> {
+        let path = self.path(key);
+        File::open(&path).map_err(|e| not_found_or_io(e, key, &path))
+    }
+
     fn scratch_dir(&self, name: &str) -> Result<PathBuf> {
         let dir = self.path(&format!("staging/{name}"));
         ensure_dir(&dir)?;
@@ -454,6 +459,14 @@ impl Storage for LocalStorage {
             key: key.to_string(),
             _file: file,
         })))
+    }
+
+    fn lease_holder(&self, key: &str) -> Result<Option<String>> {
+        match self.get(key, 64 << 10) {
+            Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn probe_lease(&self, key: &str) -> Result<LeaseState> {

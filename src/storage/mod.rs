@@ -7,14 +7,25 @@
 //! size bound, listing, deletion, and leases whose liveness is decided by the
 //! backend (an OS lock locally), never by a PID or a holder string.
 
+mod cache;
+mod lease_object;
 mod local;
+mod location;
+mod remote;
+mod s3;
 
 pub(crate) use local::ensure_dir as ensure_local_dir;
 pub use local::LocalStorage;
+pub use location::{parse_duration, parse_size, Location, StoreArgs};
+pub use remote::Endpoint;
+pub use s3::{S3Options, S3Storage};
 
 use crate::error::Result;
+use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Result of a create-exclusive write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +56,11 @@ pub enum LeaseState {
 /// A held lease; dropping it releases the lease.
 pub trait Lease: Send + Sync + Debug {
     fn key(&self) -> &str;
+    /// Fail with `Fenced` if the lease may have been taken over (a remote
+    /// lease not renewed in time); called right before a publication.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Outcome of trying to take a lease without waiting.
@@ -81,6 +97,9 @@ pub trait Storage: Send + Sync + Debug {
     fn delete_dir(&self, dir: &str) -> Result<()>;
     /// Local file backing `key`, when the backend has one (for passthrough reads).
     fn local_path(&self, key: &str) -> Option<PathBuf>;
+    /// An open local file holding the whole immutable object at `key` (the
+    /// object itself locally; a verified cache copy for a remote store).
+    fn open_file(&self, key: &str) -> Result<File>;
     /// Local scratch directory for staging files of one owner.
     fn scratch_dir(&self, name: &str) -> Result<PathBuf>;
     /// Take the lease at `key`, waiting for it if `wait`. Without `wait`,
@@ -89,4 +108,22 @@ pub trait Storage: Send + Sync + Debug {
     fn lease(&self, key: &str, holder: &str, wait: bool) -> Result<TryLease>;
     /// Probe a lease without taking it for longer than the probe.
     fn probe_lease(&self, key: &str) -> Result<LeaseState>;
+    /// The holder text a lease was taken with (`None` if it is gone).
+    fn lease_holder(&self, key: &str) -> Result<Option<String>>;
+    /// Probe many leases with settled verdicts: where liveness is decided by
+    /// observation (remote leases), undecided leases are watched for up to
+    /// a lease ttl.
+    fn probe_leases(&self, keys: &[String]) -> Result<Vec<LeaseState>> {
+        keys.iter().map(|k| self.probe_lease(k)).collect()
+    }
+    /// Longest time a dead holder's lease still looks held (`None`: the
+    /// backend knows at once, as with OS locks).
+    fn lease_ttl(&self) -> Option<Duration> {
+        None
+    }
+    /// Requests sent to a remote store so far, by kind, and cache use
+    /// (`None` for the local backend).
+    fn request_counts(&self) -> Option<BTreeMap<&'static str, u64>> {
+        None
+    }
 }

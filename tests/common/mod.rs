@@ -9,10 +9,11 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 use strata::commit::{commit, CommitOptions, CommitSummary, Progress, Scope};
 use strata::compose::GenView;
 use strata::row::Kind;
-use strata::storage::LocalStorage;
+use strata::storage::{Endpoint, LocalStorage, S3Options, S3Storage};
 use strata::Store;
 
 /// What identity covers, per path: kind, mode, content or link target.
@@ -25,9 +26,78 @@ pub struct Entry {
 
 pub type Snapshot = BTreeMap<Vec<u8>, Entry>;
 
+/// A new store at `dir`: a local directory, or, when `STRATA_TEST_BACKEND=s3`,
+/// a fresh prefix on the S3-compatible test server (with `dir` as its local
+/// directory). The same tests run on both backends.
 pub fn new_store(dir: &Path) -> Store {
+    if on_s3() {
+        return new_s3_store(dir);
+    }
     fs::create_dir_all(dir).unwrap();
     Store::init(Arc::new(LocalStorage::new(dir))).unwrap().0
+}
+
+/// A new store on the S3-compatible test server, `dir` its local directory.
+pub fn new_s3_store(dir: &Path) -> Store {
+    fs::create_dir_all(dir).unwrap();
+    Store::init(Arc::new(S3Storage::open(&s3_options(dir)).unwrap()))
+        .unwrap()
+        .0
+}
+
+/// True when the store tests run on the S3 backend.
+pub fn on_s3() -> bool {
+    std::env::var("STRATA_TEST_BACKEND").as_deref() == Ok("s3")
+}
+
+/// Lease ttl of test stores on S3 (short, so takeovers are quick).
+pub const S3_LEASE_TTL: Duration = Duration::from_secs(1);
+
+fn s3_endpoint() -> String {
+    std::env::var("STRATA_TEST_S3_ENDPOINT").expect(
+        "STRATA_TEST_S3_ENDPOINT is not set: run the suite with scripts/test.sh, \
+         which starts a local S3-compatible server (scripts/s3-server.sh)",
+    )
+}
+
+/// The store at `dir` on the test server: its prefix is derived from `dir`,
+/// so every process given the same `dir` opens the same store.
+pub fn s3_url(dir: &Path) -> String {
+    let bucket = std::env::var("STRATA_TEST_S3_BUCKET").unwrap_or_else(|_| "strata-test".into());
+    let id = blake3::hash(dir.as_os_str().as_bytes()).to_hex();
+    format!("s3://{bucket}/t-{}", &id[..16])
+}
+
+pub fn s3_options(dir: &Path) -> S3Options {
+    let (bucket, prefix) = Endpoint::parse(&s3_url(dir)).unwrap();
+    S3Options {
+        endpoint: Endpoint {
+            bucket,
+            prefix,
+            url: Some(s3_endpoint()),
+            region: None,
+            allow_http: true,
+        },
+        local_dir: dir.to_path_buf(),
+        cache_bytes: 1 << 30,
+        lease_ttl: S3_LEASE_TTL,
+    }
+}
+
+/// CLI flags for the store at `dir` on the test server, with `local` as this
+/// process's local directory (one per simulated host).
+pub fn s3_flags(dir: &Path, local: &Path) -> Vec<String> {
+    vec![
+        "--store".into(),
+        s3_url(dir),
+        "--s3-endpoint".into(),
+        s3_endpoint(),
+        "--allow-http".into(),
+        "--cache-dir".into(),
+        local.display().to_string(),
+        "--lease-ttl".into(),
+        format!("{}ms", S3_LEASE_TTL.as_millis()),
+    ]
 }
 
 pub fn commit_dir(store: &Store, set: &str, dir: &Path) -> CommitSummary {

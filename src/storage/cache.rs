@@ -1,0 +1,245 @@
+//! The local cache of immutable objects of a remote store.
+//!
+//! Owns `<cache>/objects/<key>`: whole copies of manifests, segments, packs
+//! and standalone blobs. Every one of them is named by a digest of its whole
+//! content (SHA-256, or BLAKE3 for blobs; docs/FORMAT.md "Layout"), so a copy
+//! is admitted only after its content hashes to its name: the cache can
+//! never serve bytes the store does not hold. Copies are written under a
+//! temporary name and renamed, so a crash leaves nothing half-visible, and
+//! they survive restarts. The total size is bounded: past the budget the
+//! least recently used copies are removed (recency is kept in memory and
+//! seeded from file times at start). Removing a copy never disturbs a reader
+//! that has it open.
+
+use crate::error::{Error, IoContext, Result};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hash {
+    Sha256,
+    Blake3,
+}
+
+/// The digest a key is named by, for keys of immutable objects.
+fn named_digest(key: &str) -> Option<(Hash, &str)> {
+    let name = key.rsplit('/').next()?;
+    let (hash, hex) = if key.starts_with("blobs/") {
+        (Hash::Blake3, name)
+    } else if key.starts_with("manifests/") {
+        (Hash::Sha256, name.strip_suffix(".json")?)
+    } else if key.starts_with("segments/") {
+        (Hash::Sha256, name.strip_suffix(".parquet")?)
+    } else if key.starts_with("packs/") {
+        (Hash::Sha256, name.strip_suffix(".pack")?)
+    } else {
+        return None;
+    };
+    let valid = hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    valid.then_some((hash, hex))
+}
+
+/// True for keys whose objects never change once written.
+pub(crate) fn is_immutable(key: &str) -> bool {
+    named_digest(key).is_some()
+}
+
+#[derive(Debug)]
+struct Entry {
+    size: u64,
+    used: u64,
+}
+
+#[derive(Debug, Default)]
+struct Lru {
+    entries: HashMap<String, Entry>,
+    total: u64,
+    clock: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Cache {
+    dir: PathBuf,
+    budget: u64,
+    lru: Mutex<Lru>,
+}
+
+impl Cache {
+    /// Open (creating) the cache under `dir`, seeding recency from file times.
+    pub(crate) fn open(dir: &Path, budget: u64) -> Result<Cache> {
+        let objects = dir.join("objects");
+        super::ensure_local_dir(&objects)?;
+        let mut found = Vec::new();
+        scan(&objects, &objects, &mut found)?;
+        found.sort_by_key(|(_, _, t)| *t);
+        let mut lru = Lru::default();
+        for (key, size, _) in found {
+            lru.clock += 1;
+            lru.total += size;
+            let used = lru.clock;
+            lru.entries.insert(key, Entry { size, used });
+        }
+        let cache = Cache {
+            dir: objects,
+            budget,
+            lru: Mutex::new(lru),
+        };
+        cache.evict(0);
+        Ok(cache)
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.dir.join(key)
+    }
+
+    /// Open the cached copy of `key`, marking it recently used.
+    pub(crate) fn open_copy(&self, key: &str) -> Option<File> {
+        let file = File::open(self.path(key)).ok()?;
+        let mut lru = self.lru.lock().unwrap_or_else(PoisonError::into_inner);
+        lru.clock += 1;
+        let now = lru.clock;
+        if let Some(e) = lru.entries.get_mut(key) {
+            e.used = now;
+        }
+        Some(file)
+    }
+
+    /// A temporary file for filling `key`; pass it to [`Cache::admit`].
+    pub(crate) fn temp(&self, key: &str) -> Result<(PathBuf, File)> {
+        let path = self.path(key);
+        let parent = path.parent().unwrap_or(&self.dir);
+        super::ensure_local_dir(parent)?;
+        let tmp = parent.join(format!(".tmp-{}", crate::token::new_token()));
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .ctx("create", &tmp)?;
+        Ok((tmp, file))
+    }
+
+    /// Verify a filled temporary file against the name of `key` and make it
+    /// the cached copy; a mismatch removes it and is reported as corruption.
+    pub(crate) fn admit(&self, key: &str, tmp: &Path) -> Result<()> {
+        let verdict = verify(key, tmp);
+        if let Err(e) = verdict {
+            let _ = fs::remove_file(tmp);
+            return Err(e);
+        }
+        let size = fs::metadata(tmp).ctx("stat", tmp)?.len();
+        if size > self.budget {
+            let _ = fs::remove_file(tmp);
+            return Ok(());
+        }
+        let path = self.path(key);
+        fs::rename(tmp, &path).ctx("rename", &path)?;
+        let mut lru = self.lru.lock().unwrap_or_else(PoisonError::into_inner);
+        lru.clock += 1;
+        let used = lru.clock;
+        if let Some(old) = lru.entries.insert(key.to_string(), Entry { size, used }) {
+            lru.total -= old.size;
+        }
+        lru.total += size;
+        drop(lru);
+        self.evict(0);
+        Ok(())
+    }
+
+    /// Whether an object of `size` bytes may be admitted at all.
+    pub(crate) fn fits(&self, size: u64) -> bool {
+        size <= self.budget / 4
+    }
+
+    /// Remove least recently used copies until `extra` more bytes fit.
+    fn evict(&self, extra: u64) {
+        let mut lru = self.lru.lock().unwrap_or_else(PoisonError::into_inner);
+        while lru.total + extra > self.budget {
+            let Some(victim) = lru
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(e) = lru.entries.remove(&victim) {
+                lru.total -= e.size;
+            }
+            let _ = fs::remove_file(self.path(&victim));
+        }
+    }
+
+    /// Bytes held now.
+    pub(crate) fn used(&self) -> u64 {
+        self.lru
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .total
+    }
+}
+
+fn verify(key: &str, file: &Path) -> Result<()> {
+    let Some((hash, want)) = named_digest(key) else {
+        return Err(Error::Internal(format!(
+            "not a content-named object: key=`{key}`"
+        )));
+    };
+    let mut f = File::open(file).ctx("open", file)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut sha = Sha256::new();
+    let mut b3 = blake3::Hasher::new();
+    loop {
+        let n = f.read(&mut buf).ctx("read", file)?;
+        if n == 0 {
+            break;
+        }
+        match hash {
+            Hash::Sha256 => sha.update(&buf[..n]),
+            Hash::Blake3 => {
+                b3.update(&buf[..n]);
+            }
+        }
+    }
+    let got = match hash {
+        Hash::Sha256 => hex::encode(sha.finalize()),
+        Hash::Blake3 => b3.finalize().to_hex().to_string(),
+    };
+    if got != want {
+        return Err(Error::corrupt(
+            "object",
+            key,
+            format!("content does not hash to its name: got={got}"),
+        ));
+    }
+    Ok(())
+}
+
+fn scan(
+    root: &Path,
+    dir: &Path,
+    out: &mut Vec<(String, u64, std::time::SystemTime)>,
+) -> Result<()> {
+    for entry in fs::read_dir(dir).ctx("readdir", dir)? {
+        let entry = entry.ctx("readdir", dir)?;
+        let path = entry.path();
+        let md = entry.metadata().ctx("stat", &path)?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with(".tmp-") {
+            let _ = fs::remove_file(&path);
+        } else if md.is_dir() {
+            scan(root, &path, out)?;
+        } else if let Ok(rel) = path.strip_prefix(root) {
+            let key = rel.to_string_lossy().to_string();
+            if is_immutable(&key) {
+                let t = md.modified().unwrap_or(std::time::UNIX_EPOCH);
+                out.push((key, md.len(), t));
+            }
+        }
+    }
+    Ok(())
+}

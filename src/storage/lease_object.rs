@@ -1,0 +1,408 @@
+//! Leases without flock: lease objects renewed by conditional update.
+//!
+//! A lease object's body is `{holder, token, counter, ttl_ms, released}`.
+//! Its holder renews it every ttl/4 with a PUT `If-Match` on the version it
+//! last wrote and `counter + 1`; the body always changes, so its content
+//! ETag never repeats (no ABA). Another party treats a lease as dead only
+//! after observing the same token and counter for a whole ttl on its *own*
+//! monotonic clock (no clocks are compared across machines), and takes it
+//! over with the same conditional PUT. A released lease is free at once.
+//!
+//! Fencing: a holder measures from the moment it *sent* its last successful
+//! renewal. Past 3/4 of the ttl without one it may have been taken over, so
+//! [`Lease::check`] renews synchronously and fails with `Fenced` if that no
+//! longer succeeds; publications call it right before their index writes.
+
+use super::remote::{Put, Remote};
+use super::{Lease, LeaseState, TryLease};
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use object_store::{PutMode, UpdateVersion};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+const LEASE_TAG: &str = "strata-lease";
+/// 1: initial lease object.
+const LEASE_VERSION: u32 = 1;
+const MAX_LEASE_BYTES: u64 = 64 << 10;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Body {
+    #[serde(rename = "type")]
+    tag: String,
+    version: u32,
+    holder: String,
+    token: String,
+    counter: u64,
+    ttl_ms: u64,
+    released: bool,
+}
+
+impl Body {
+    fn encode(&self) -> Bytes {
+        Bytes::from(serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    fn decode(key: &str, bytes: &[u8]) -> Result<Body> {
+        crate::format::parse_versioned("lease object", key, LEASE_TAG, LEASE_VERSION, bytes)
+    }
+
+    fn next(&self, released: bool) -> Body {
+        Body {
+            counter: self.counter + 1,
+            released,
+            ..self.clone()
+        }
+    }
+}
+
+/// A lease this process holds.
+#[derive(Debug)]
+struct Held {
+    body: Body,
+    version: UpdateVersion,
+    /// When the last successful renewal (or the acquisition) was sent.
+    sent: Instant,
+    lost: bool,
+    released: bool,
+}
+
+/// What this process last saw of someone else's lease.
+#[derive(Debug, Clone)]
+struct Seen {
+    token: String,
+    counter: u64,
+    since: Instant,
+}
+
+#[derive(Debug)]
+pub(crate) struct LeaseTable {
+    remote: Arc<Remote>,
+    ttl: Duration,
+    held: Mutex<HashMap<String, Arc<Mutex<Held>>>>,
+    seen: Mutex<HashMap<String, Seen>>,
+}
+
+/// Decision about someone else's lease right now.
+enum Verdict {
+    Free(Body, UpdateVersion),
+    Absent,
+    Live(String),
+    /// Unchanged, but not yet for a whole ttl.
+    Undecided(String),
+}
+
+impl LeaseTable {
+    /// A table whose renewals run on a thread that ends with the table.
+    pub(crate) fn start(remote: Arc<Remote>, ttl: Duration) -> Arc<LeaseTable> {
+        let table = Arc::new(LeaseTable {
+            remote,
+            ttl,
+            held: Mutex::new(HashMap::new()),
+            seen: Mutex::new(HashMap::new()),
+        });
+        let weak = Arc::downgrade(&table);
+        let _ = std::thread::Builder::new()
+            .name("strata-lease-renew".into())
+            .spawn(move || renew_loop(weak, ttl / 4));
+        table
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn step(&self) -> Duration {
+        (self.ttl / 8).max(Duration::from_millis(20))
+    }
+
+    pub(crate) fn acquire(
+        self: &Arc<Self>,
+        key: &str,
+        holder: &str,
+        wait: bool,
+    ) -> Result<TryLease> {
+        let started = Instant::now();
+        loop {
+            if let Some(own) = self.own_holder(key) {
+                if !wait {
+                    return Ok(TryLease::Busy { holder: own });
+                }
+            } else {
+                match self.judge(key)? {
+                    Verdict::Absent => {
+                        if let Some(l) = self.write_new(key, holder, None)? {
+                            return Ok(TryLease::Acquired(l));
+                        }
+                    }
+                    Verdict::Free(prev, v) => {
+                        if let Some(l) = self.write_new(key, holder, Some((prev, v)))? {
+                            return Ok(TryLease::Acquired(l));
+                        }
+                    }
+                    Verdict::Live(h) if !wait => return Ok(TryLease::Busy { holder: h }),
+                    Verdict::Undecided(h) if !wait && started.elapsed() > self.ttl * 2 => {
+                        return Ok(TryLease::Busy { holder: h })
+                    }
+                    Verdict::Live(_) | Verdict::Undecided(_) => {}
+                }
+            }
+            std::thread::sleep(self.step());
+        }
+    }
+
+    fn own_holder(&self, key: &str) -> Option<String> {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.get(key).map(|h| {
+            let h = h.lock().unwrap_or_else(PoisonError::into_inner);
+            h.body.holder.clone()
+        })
+    }
+
+    /// Read the lease and decide on this process's observations.
+    fn judge(&self, key: &str) -> Result<Verdict> {
+        let Some((bytes, version)) = self.remote.get(key, MAX_LEASE_BYTES)? else {
+            return Ok(Verdict::Absent);
+        };
+        let body = Body::decode(key, &bytes)?;
+        if body.released {
+            return Ok(Verdict::Free(body, version));
+        }
+        let ttl = self.ttl.max(Duration::from_millis(body.ttl_ms));
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        match seen.get(key) {
+            Some(s) if s.token == body.token && s.counter == body.counter => {
+                if s.since.elapsed() >= ttl {
+                    return Ok(Verdict::Free(body, version));
+                }
+                Ok(Verdict::Undecided(body.holder))
+            }
+            Some(_) => {
+                seen.insert(key.to_string(), observed(&body));
+                Ok(Verdict::Live(body.holder))
+            }
+            None => {
+                seen.insert(key.to_string(), observed(&body));
+                Ok(Verdict::Undecided(body.holder))
+            }
+        }
+    }
+
+    /// Create the lease (`prev: None`) or take it over from `prev`.
+    fn write_new(
+        self: &Arc<Self>,
+        key: &str,
+        holder: &str,
+        prev: Option<(Body, UpdateVersion)>,
+    ) -> Result<Option<Box<dyn Lease>>> {
+        let body = Body {
+            tag: LEASE_TAG.into(),
+            version: LEASE_VERSION,
+            holder: holder.to_string(),
+            token: crate::token::new_token(),
+            counter: prev.as_ref().map_or(1, |(b, _)| b.counter + 1),
+            ttl_ms: self.ttl.as_millis() as u64,
+            released: false,
+        };
+        let mode = match prev {
+            None => PutMode::Create,
+            Some((_, v)) => PutMode::Update(v),
+        };
+        let sent = Instant::now();
+        let version = match self.remote.put(key, body.encode(), mode)? {
+            Put::Done(v) => v,
+            Put::Exists | Put::Changed => match self.remote.get(key, MAX_LEASE_BYTES)? {
+                // A retried request whose first response was lost.
+                Some((b, v)) if b == body.encode() => v,
+                _ => return Ok(None),
+            },
+        };
+        let held = Arc::new(Mutex::new(Held {
+            body,
+            version,
+            sent,
+            lost: false,
+            released: false,
+        }));
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.to_string(), held.clone());
+        Ok(Some(Box::new(ObjectLease {
+            key: key.to_string(),
+            held,
+            table: self.clone(),
+        })))
+    }
+
+    /// Without waiting: held (by us, or by someone renewing or not yet
+    /// observed for a ttl), unheld (released, or unchanged for a ttl) or missing.
+    pub(crate) fn probe(&self, key: &str) -> Result<LeaseState> {
+        if let Some(holder) = self.own_holder(key) {
+            return Ok(LeaseState::Held { holder });
+        }
+        Ok(match self.judge(key)? {
+            Verdict::Absent => LeaseState::Missing,
+            Verdict::Free(..) => LeaseState::Unheld,
+            Verdict::Live(holder) | Verdict::Undecided(holder) => LeaseState::Held { holder },
+        })
+    }
+
+    /// The holder text of a lease object, `None` if it is gone.
+    pub(crate) fn holder(&self, key: &str) -> Result<Option<String>> {
+        match self.remote.get(key, MAX_LEASE_BYTES)? {
+            Some((bytes, _)) => Ok(Some(Body::decode(key, &bytes)?.holder)),
+            None => Ok(None),
+        }
+    }
+
+    /// Probe many leases, observing the undecided ones for up to a ttl so
+    /// that each verdict is settled: a renewing lease is held, a lease
+    /// unchanged for a whole ttl is unheld.
+    pub(crate) fn probe_settled(&self, keys: &[String]) -> Result<Vec<LeaseState>> {
+        let mut out = Vec::with_capacity(keys.len());
+        let mut open = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            out.push(self.probe(key)?);
+            if self.own_holder(key).is_none() && self.undecided(key) {
+                open.push(i);
+            }
+        }
+        let deadline = Instant::now() + self.ttl + self.step();
+        while !open.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(self.step());
+            let mut still = Vec::new();
+            for i in open {
+                let before = self.seen_counter(&keys[i]);
+                out[i] = self.probe(&keys[i])?;
+                let changed = before != self.seen_counter(&keys[i]);
+                if !changed && matches!(out[i], LeaseState::Held { .. }) {
+                    still.push(i);
+                }
+            }
+            open = still;
+        }
+        Ok(out)
+    }
+
+    fn undecided(&self, key: &str) -> bool {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.get(key).is_some_and(|s| s.since.elapsed() < self.ttl)
+    }
+
+    fn seen_counter(&self, key: &str) -> Option<(String, u64)> {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.get(key).map(|s| (s.token.clone(), s.counter))
+    }
+
+    /// Renew one held lease now (conditional PUT, counter + 1).
+    fn renew(&self, key: &str, held: &Mutex<Held>) {
+        let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
+        if h.released || h.lost {
+            return;
+        }
+        let next = h.body.next(false);
+        let sent = Instant::now();
+        match self
+            .remote
+            .put(key, next.encode(), PutMode::Update(h.version.clone()))
+        {
+            Ok(Put::Done(v)) => {
+                h.body = next;
+                h.version = v;
+                h.sent = sent;
+            }
+            Ok(Put::Exists | Put::Changed) => match self.remote.get(key, MAX_LEASE_BYTES) {
+                // Our own renewal, whose first response was lost.
+                Ok(Some((b, v))) if b == next.encode() => {
+                    h.body = next;
+                    h.version = v;
+                    h.sent = sent;
+                }
+                _ => h.lost = true,
+            },
+            Err(_) if h.sent.elapsed() >= self.ttl => h.lost = true,
+            Err(_) => {}
+        }
+    }
+
+    fn release(&self, key: &str, held: &Mutex<Held>) {
+        let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
+        h.released = true;
+        if !h.lost {
+            let next = h.body.next(true);
+            let _ = self
+                .remote
+                .put(key, next.encode(), PutMode::Update(h.version.clone()));
+        }
+        drop(h);
+        let mut map = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if map.get(key).is_some_and(|x| std::ptr::eq(&**x, held)) {
+            map.remove(key);
+        }
+    }
+
+    fn held_now(&self) -> Vec<(String, Arc<Mutex<Held>>)> {
+        let map = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+fn observed(body: &Body) -> Seen {
+    Seen {
+        token: body.token.clone(),
+        counter: body.counter,
+        since: Instant::now(),
+    }
+}
+
+fn renew_loop(table: Weak<LeaseTable>, every: Duration) {
+    loop {
+        std::thread::sleep(every);
+        let Some(t) = table.upgrade() else {
+            return;
+        };
+        for (key, held) in t.held_now() {
+            t.renew(&key, &held);
+        }
+    }
+}
+
+/// A held lease object; dropping it releases the lease.
+#[derive(Debug)]
+struct ObjectLease {
+    key: String,
+    held: Arc<Mutex<Held>>,
+    table: Arc<LeaseTable>,
+}
+
+impl Lease for ObjectLease {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn check(&self) -> Result<()> {
+        let stale = {
+            let h = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            h.lost || h.sent.elapsed() >= self.table.ttl * 3 / 4
+        };
+        if stale {
+            self.table.renew(&self.key, &self.held);
+        }
+        let h = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if h.lost || h.sent.elapsed() >= self.table.ttl * 3 / 4 {
+            return Err(Error::Fenced {
+                key: self.key.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ObjectLease {
+    fn drop(&mut self) {
+        self.table.release(&self.key, &self.held);
+    }
+}

@@ -1,0 +1,344 @@
+//! The object-store backend: a strata store under `s3://bucket/prefix` on any
+//! S3-compatible service (AWS S3, MinIO, Ceph RGW, SeaweedFS, ...).
+//!
+//! Owns the mapping of the [`Storage`] seam onto conditional requests:
+//! - every create-exclusive write (index records, manifests, tags, tasks,
+//!   sweep epochs, content-named data) is a PUT with `If-None-Match: *`;
+//! - every pointer CAS (the latest hint, retention policies) is a PUT with
+//!   `If-Match` on the version just read. Pointer bodies carry a counter and
+//!   a fresh nonce, so a body, and with it a content ETag, never repeats: an
+//!   A → B → A sequence cannot match (no ABA);
+//! - a conditional write whose first response was lost and whose retry then
+//!   fails its precondition is recognised by reading our own bytes back;
+//! - leases are lease objects ([`super::lease_object`]);
+//! - immutable objects are read through a verified local cache
+//!   ([`super::cache`]); scratch files live in a local directory.
+//!
+//! Deletes are not conditional; the sweep protocol (docs/FORMAT.md) makes
+//! them safe by grace and by re-reading pins before each batch.
+
+use super::cache::{self, Cache};
+use super::lease_object::LeaseTable;
+use super::remote::{Endpoint, Put, Remote, RANGED_PART};
+use super::{CasOutcome, LeaseState, PutOutcome, Storage, TryLease};
+use crate::error::{Error, IoContext, Result};
+use bytes::Bytes;
+use object_store::PutMode;
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Pointers and small records are at most this large.
+const MAX_POINTER_BYTES: u64 = 1 << 20;
+/// Local files above this size are uploaded in parts.
+const SINGLE_PUT_MAX: u64 = 64 << 20;
+/// Packs up to this size are fetched whole into the cache on first read.
+const PREFETCH_MAX: u64 = 64 << 20;
+
+/// How to reach the store and where its local state lives.
+#[derive(Debug, Clone)]
+pub struct S3Options {
+    pub endpoint: Endpoint,
+    /// Scratch, cache, control sockets and logs.
+    pub local_dir: PathBuf,
+    pub cache_bytes: u64,
+    pub lease_ttl: Duration,
+}
+
+#[derive(Debug)]
+pub struct S3Storage {
+    remote: Arc<Remote>,
+    leases: Arc<LeaseTable>,
+    cache: Cache,
+    scratch: PathBuf,
+}
+
+impl S3Storage {
+    pub fn open(opts: &S3Options) -> Result<S3Storage> {
+        let remote = Arc::new(Remote::connect(&opts.endpoint)?);
+        super::ensure_local_dir(&opts.local_dir)?;
+        let scratch = opts.local_dir.join("scratch");
+        super::ensure_local_dir(&scratch)?;
+        Ok(S3Storage {
+            leases: LeaseTable::start(remote.clone(), opts.lease_ttl),
+            cache: Cache::open(&opts.local_dir.join("cache"), opts.cache_bytes)?,
+            remote,
+            scratch,
+        })
+    }
+
+    /// Fetch an immutable object into the cache (verified) and open it.
+    fn fill(&self, key: &str, max: u64) -> Result<Option<File>> {
+        let Some(size) = self.remote.head(key)? else {
+            return Err(not_found(key));
+        };
+        if size > max || !self.cache.fits(size) {
+            return Ok(None);
+        }
+        let (tmp, file) = self.cache.temp(key)?;
+        let filled = if size >= RANGED_PART {
+            self.remote.download(key, size, &file)
+        } else {
+            self.remote
+                .get(key, size)
+                .and_then(|got| got.ok_or_else(|| not_found(key)))
+                .and_then(|(b, _)| file.write_all_at(&b, 0).ctx("write", &tmp))
+        };
+        if let Err(e) = filled {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        self.cache.admit(key, &tmp)?;
+        Ok(self.cache.open_copy(key))
+    }
+
+    /// The cached copy of an immutable object; on a miss, filled when the
+    /// object is at most `fill_max` bytes (0: never).
+    fn cached(&self, key: &str, fill_max: u64) -> Result<Option<File>> {
+        if !cache::is_immutable(key) {
+            return Ok(None);
+        }
+        if let Some(f) = self.cache.open_copy(key) {
+            self.remote.counts.hit(false);
+            return Ok(Some(f));
+        }
+        if fill_max > 0 {
+            self.remote.counts.hit(true);
+            return self.fill(key, fill_max);
+        }
+        Ok(None)
+    }
+
+    /// A create-exclusive PUT; a lost response is recognised by our bytes.
+    fn create(&self, key: &str, body: Bytes) -> Result<PutOutcome> {
+        match self.remote.put(key, body.clone(), PutMode::Create)? {
+            Put::Done(_) => Ok(PutOutcome::Created),
+            // Content-named: whoever wrote it wrote the same bytes.
+            Put::Exists | Put::Changed if cache::is_immutable(key) => Ok(PutOutcome::AlreadyExists),
+            Put::Exists | Put::Changed => {
+                let mine = matches!(
+                    self.remote.get(key, body.len() as u64)?,
+                    Some((b, _)) if b == body
+                );
+                Ok(if mine {
+                    PutOutcome::Created
+                } else {
+                    PutOutcome::AlreadyExists
+                })
+            }
+        }
+    }
+}
+
+fn not_found(key: &str) -> Error {
+    Error::NotFound {
+        what: "object",
+        name: key.to_string(),
+    }
+}
+
+fn read_all(file: &File, key: &str, limit: u64) -> Result<Vec<u8>> {
+    let size = file.metadata().ctx("stat", key)?.len();
+    if size > limit {
+        return Err(Error::TooLarge {
+            what: "stored object",
+            size,
+            limit,
+        });
+    }
+    let mut buf = vec![0u8; size as usize];
+    file.read_exact_at(&mut buf, 0).ctx("read-cache", key)?;
+    Ok(buf)
+}
+
+fn read_range(file: &File, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+    let size = file.metadata().ctx("stat", key)?.len();
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(Error::corrupt(
+            "object",
+            key,
+            format!("range past the end: offset={offset} len={len} size={size}"),
+        ));
+    }
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, offset)
+        .ctx("read-cache", key)?;
+    Ok(buf)
+}
+
+impl Storage for S3Storage {
+    fn describe(&self) -> String {
+        self.remote.describe().to_string()
+    }
+
+    fn get(&self, key: &str, limit: u64) -> Result<Vec<u8>> {
+        if let Some(f) = self.cached(key, 0)? {
+            return read_all(&f, key, limit);
+        }
+        let (bytes, _) = self.remote.get(key, limit)?.ok_or_else(|| not_found(key))?;
+        if cache::is_immutable(key) && self.cache.fits(bytes.len() as u64) {
+            // Keep a verified copy; a failure to keep one is not a read error.
+            if let Ok((tmp, f)) = self.cache.temp(key) {
+                if f.write_all_at(&bytes, 0).is_ok() {
+                    let _ = self.cache.admit(key, &tmp);
+                } else {
+                    let _ = fs::remove_file(&tmp);
+                }
+            }
+        }
+        Ok(bytes.to_vec())
+    }
+
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let prefetch = if key.starts_with("packs/") {
+            PREFETCH_MAX
+        } else {
+            0
+        };
+        if let Some(f) = self.cached(key, prefetch)? {
+            return read_range(&f, key, offset, len);
+        }
+        Ok(self.remote.get_range(key, offset, len)?.to_vec())
+    }
+
+    fn size(&self, key: &str) -> Result<Option<u64>> {
+        if let Some(f) = self.cached(key, 0)? {
+            return Ok(Some(f.metadata().ctx("stat", key)?.len()));
+        }
+        self.remote.head(key)
+    }
+
+    fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<PutOutcome> {
+        self.create(key, Bytes::copy_from_slice(bytes))
+    }
+
+    fn put_file_if_absent(&self, key: &str, staged: &Path) -> Result<PutOutcome> {
+        let size = fs::metadata(staged).ctx("stat", staged)?.len();
+        let outcome = if size <= SINGLE_PUT_MAX {
+            let bytes = fs::read(staged).ctx("read", staged)?;
+            self.create(key, Bytes::from(bytes))
+        } else if self.remote.head(key)?.is_some() {
+            Ok(PutOutcome::AlreadyExists)
+        } else {
+            self.remote
+                .put_large(key, staged)
+                .map(|_| PutOutcome::Created)
+        };
+        let _ = fs::remove_file(staged);
+        outcome
+    }
+
+    fn cas(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CasOutcome> {
+        let current = self.remote.get(key, MAX_POINTER_BYTES)?;
+        let mode = match (&current, expected) {
+            (None, None) => PutMode::Create,
+            (Some((b, v)), Some(e)) if b.as_ref() == e => PutMode::Update(v.clone()),
+            _ => {
+                return Ok(CasOutcome::Mismatch {
+                    current: current.map(|(b, _)| b.to_vec()),
+                })
+            }
+        };
+        match self.remote.put(key, Bytes::copy_from_slice(new), mode)? {
+            Put::Done(_) => Ok(CasOutcome::Swapped),
+            Put::Exists | Put::Changed => {
+                let now = self
+                    .remote
+                    .get(key, MAX_POINTER_BYTES)?
+                    .map(|(b, _)| b.to_vec());
+                if now.as_deref() == Some(new) {
+                    return Ok(CasOutcome::Swapped);
+                }
+                Ok(CasOutcome::Mismatch { current: now })
+            }
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let listing = self.remote.list(dir)?;
+        let mut names: Vec<String> = listing
+            .dirs
+            .into_iter()
+            .chain(listing.objects.into_iter().map(|(n, _)| n))
+            .filter(|n| !n.starts_with(".tmp-"))
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn list_sizes(&self, dir: &str) -> Result<Vec<(String, u64)>> {
+        let mut objects = self.remote.list(dir)?.objects;
+        objects.retain(|(n, _)| !n.starts_with(".tmp-"));
+        objects.sort();
+        Ok(objects)
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        self.remote.delete(key)
+    }
+
+    fn delete_dir(&self, dir: &str) -> Result<()> {
+        if let Some(name) = dir.strip_prefix("staging/") {
+            let local = self.scratch.join(name);
+            match fs::remove_dir_all(&local) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("rmdir", &local, e)),
+            }
+        }
+        self.remote.delete_prefix(dir)
+    }
+
+    fn local_path(&self, _key: &str) -> Option<PathBuf> {
+        None
+    }
+
+    fn open_file(&self, key: &str) -> Result<File> {
+        if let Some(f) = self.cached(key, u64::MAX)? {
+            return Ok(f);
+        }
+        Err(Error::TooLarge {
+            what: "object for the local cache",
+            size: self.remote.head(key)?.unwrap_or(0),
+            limit: 0,
+        })
+    }
+
+    fn scratch_dir(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.scratch.join(name);
+        super::ensure_local_dir(&dir)?;
+        Ok(dir)
+    }
+
+    fn lease(&self, key: &str, holder: &str, wait: bool) -> Result<TryLease> {
+        self.leases.acquire(key, holder, wait)
+    }
+
+    fn probe_lease(&self, key: &str) -> Result<LeaseState> {
+        self.leases.probe(key)
+    }
+
+    fn lease_holder(&self, key: &str) -> Result<Option<String>> {
+        self.leases.holder(key)
+    }
+
+    fn probe_leases(&self, keys: &[String]) -> Result<Vec<LeaseState>> {
+        self.leases.probe_settled(keys)
+    }
+
+    fn lease_ttl(&self) -> Option<Duration> {
+        Some(self.leases.ttl())
+    }
+
+    fn request_counts(&self) -> Option<BTreeMap<&'static str, u64>> {
+        let mut counts = self.remote.counts.snapshot();
+        counts.insert("cache_bytes", self.cache.used());
+        Some(counts)
+    }
+}
+
+impl S3Storage {}

@@ -1,0 +1,590 @@
+//! The store on an S3-compatible server (SeaweedFS, started by
+//! scripts/test.sh): conditional writes, racing committers, fencing of a
+//! paused writer, corruption caught through the verified cache, injected
+//! network faults, and two mount daemons with a materializer and a sweeper
+//! on one store. Each test uses its own prefix; "hosts" are processes with
+//! their own local (cache) directories.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use strata::storage::{CasOutcome, PutOutcome, S3Storage, Storage};
+
+fn strata(dir: &Path, local: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(s3_flags(dir, local))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn storage_at(dir: &Path, local: &Path) -> S3Storage {
+    let mut o = s3_options(dir);
+    o.local_dir = local.to_path_buf();
+    S3Storage::open(&o).unwrap()
+}
+
+#[test]
+fn conditional_writes_have_exactly_one_winner() {
+    let t = tempfile::tempdir().unwrap();
+    let st = t.path().join("store");
+    let storage = Arc::new(storage_at(&st, &t.path().join("local")));
+    let created: Vec<bool> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..16)
+            .map(|i| {
+                let st = storage.clone();
+                s.spawn(move || {
+                    st.put_if_absent("race/created", format!("writer {i}").as_bytes())
+                        .unwrap()
+                        == PutOutcome::Created
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(created.iter().filter(|c| **c).count(), 1, "{created:?}");
+    let winner = created.iter().position(|c| *c).unwrap();
+    let body = storage.get("race/created", 1 << 10).unwrap();
+    assert_eq!(body, format!("writer {winner}").as_bytes());
+
+    assert_eq!(
+        storage.cas("race/pointer", None, b"v0 nonce-0").unwrap(),
+        CasOutcome::Swapped
+    );
+    let swapped: Vec<bool> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..16)
+            .map(|i| {
+                let st = storage.clone();
+                s.spawn(move || {
+                    let new = format!("v1 nonce-{i}");
+                    st.cas("race/pointer", Some(b"v0 nonce-0"), new.as_bytes())
+                        .unwrap()
+                        == CasOutcome::Swapped
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(swapped.iter().filter(|c| **c).count(), 1, "{swapped:?}");
+    // A → B → A: the old expected bytes never match a later version.
+    let current = storage.get("race/pointer", 1 << 10).unwrap();
+    assert!(matches!(
+        storage.cas("race/pointer", Some(b"v0 nonce-0"), b"v2").unwrap(),
+        CasOutcome::Mismatch { current: Some(c) } if c == current
+    ));
+}
+
+#[test]
+fn eight_concurrent_committers_land_as_distinct_generations_or_conflict() {
+    let t = tempfile::tempdir().unwrap();
+    let st = t.path().join("store");
+    new_s3_store(&st);
+    let dirs: Vec<PathBuf> = (0..8)
+        .map(|i| {
+            let d = t.path().join(format!("src{i}"));
+            write(&d, "who", format!("committer {i}").as_bytes());
+            write(&d, &format!("only-{i}"), &noise(i, 5000));
+            d
+        })
+        .collect();
+    settle();
+    let children: Vec<Child> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let local = t.path().join(format!("host{i}"));
+            let mut c = Command::new(bin());
+            c.args(s3_flags(&st, &local))
+                .args(["commit", "--set", "race"])
+                .arg(d)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            if i % 2 == 0 {
+                c.arg("--wait");
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    let codes: Vec<i32> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code().unwrap_or(-1))
+        .collect();
+    assert!(
+        codes.iter().all(|c| *c == 0 || *c == 4),
+        "each commit lands or reports a conflict: {codes:?}"
+    );
+    let landed: Vec<usize> = (0..8).filter(|i| codes[*i] == 0).collect();
+    assert!(landed.len() >= 4, "every --wait commit lands: {codes:?}");
+    let store = new_s3_store(&st);
+    let mut seen = Vec::new();
+    for g in 1..=landed.len() as u64 {
+        let snap = snapshot_gen(&store, "race", Some(g));
+        let who = String::from_utf8(snap[b"who".as_slice()].data.clone()).unwrap();
+        let i: usize = who.trim_start_matches("committer ").parse().unwrap();
+        assert_eq!(
+            snap,
+            snapshot_dir(&dirs[i]),
+            "generation {g} is committer {i}'s tree"
+        );
+        seen.push(i);
+    }
+    seen.sort();
+    assert_eq!(seen, landed, "no generation lost or duplicated");
+    let log = ok(&strata(
+        &st,
+        &t.path().join("h"),
+        &["log", "--set", "race", "--json"],
+    ));
+    assert_eq!(log.matches("\"generation\"").count(), landed.len(), "{log}");
+}
+
+fn wait_stopped(child: &Child) {
+    let stat = format!("/proc/{}/stat", child.id());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let s = std::fs::read_to_string(&stat).unwrap_or_default();
+        let state = s.rsplit(')').next().unwrap_or("").trim_start();
+        if state.starts_with('T') {
+            return;
+        }
+        assert!(
+            !state.starts_with('Z'),
+            "the committer exited before its pause"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the committer never reached its pause");
+}
+
+#[test]
+fn a_paused_committer_is_fenced_and_its_staging_reclaimed() {
+    let t = tempfile::tempdir().unwrap();
+    let st = t.path().join("store");
+    let (a, b) = (t.path().join("a"), t.path().join("b"));
+    write(&a, "f", b"from the paused writer");
+    write(&b, "f", b"from the newer writer");
+    settle();
+    let store = new_s3_store(&st);
+    let paused = Command::new(bin())
+        .args(s3_flags(&st, &t.path().join("host-a")))
+        .args(["commit", "--set", "s"])
+        .arg(&a)
+        .env("STRATA_FAILPOINTS", "journal-sealed=stop")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_stopped(&paused);
+    std::thread::sleep(S3_LEASE_TTL * 2);
+    // Another host takes the writer lease over once it saw it unrenewed
+    // for a whole ttl, and publishes.
+    ok(&strata(
+        &st,
+        &t.path().join("host-b"),
+        &["commit", "--set", "s", b.to_str().unwrap()],
+    ));
+    let sweep = ok(&strata(
+        &st,
+        &t.path().join("host-c"),
+        &["sweep", "--grace", "0s", "--json"],
+    ));
+    let report: serde_json::Value = serde_json::from_str(&sweep).unwrap();
+    let reclaimed = report["reclaimed"].as_array().unwrap();
+    assert!(
+        reclaimed.iter().any(|l| l["kind"] == "staging"),
+        "the paused attempt's staging is reclaimed: {sweep}"
+    );
+    nix_kill(paused.id(), libc::SIGCONT);
+    let out = paused.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "fenced: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lease lost"), "{err}");
+    assert_eq!(snapshot_gen(&store, "s", None), snapshot_dir(&b));
+    assert!(
+        strata::index::GenIndex::new(&store, "s").load(2).is_err(),
+        "the fenced writer published nothing"
+    );
+    ok(&strata(&st, &t.path().join("host-d"), &["verify", "--all"]));
+}
+
+fn nix_kill(pid: u32, sig: i32) {
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+#[test]
+fn corruption_on_the_server_is_caught_through_a_fresh_cache() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "big", &noise(7, 3 << 20));
+    write(&src, "small", b"small file");
+    settle();
+    let store = new_s3_store(&st);
+    commit_dir(&store, "c", &src);
+    let storage = storage_at(&st, &t.path().join("raw"));
+    let blobs: Vec<String> = storage
+        .list("blobs")
+        .unwrap()
+        .into_iter()
+        .flat_map(|aa| {
+            let names = storage.list(&format!("blobs/{aa}")).unwrap();
+            names.into_iter().map(move |n| format!("blobs/{aa}/{n}"))
+        })
+        .collect();
+    assert_eq!(blobs.len(), 1);
+    let mut bytes = storage.get(&blobs[0], 1 << 30).unwrap();
+    bytes[12345] ^= 0x40;
+    overwrite(&st, &blobs[0], bytes);
+    let fresh = t.path().join("fresh-host");
+    let out = strata(&st, &fresh, &["cat", "--set", "c", "big"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = strata(&st, &fresh, &["verify", "--all"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&blobs[0][9..])
+            || String::from_utf8_lossy(&out.stderr).contains(&blobs[0][9..])
+    );
+    assert!(
+        !fresh.join("cache/objects").join(&blobs[0]).exists(),
+        "a copy that does not hash to its name is never cached"
+    );
+}
+
+/// Replace an object's bytes behind strata's back (what bit rot or a bad
+/// actor on the server would do).
+fn overwrite(dir: &Path, key: &str, bytes: Vec<u8>) {
+    use object_store::{aws::AmazonS3Builder, ObjectStoreExt, PutPayload};
+    let (bucket, prefix) = strata::storage::Endpoint::parse(&s3_url(dir)).unwrap();
+    let s3 = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_endpoint(std::env::var("STRATA_TEST_S3_ENDPOINT").unwrap())
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .build()
+        .unwrap();
+    let path = object_store::path::Path::from(format!("{prefix}/{key}"));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(s3.put(&path, PutPayload::from(bytes)))
+        .unwrap();
+}
+
+/// What the fault proxy does with the next connections.
+#[derive(Default)]
+struct Faults {
+    /// Close this many connections after part of their request arrived.
+    cut: AtomicU32,
+    /// Answer this many connections with 503 Slow Down.
+    unavailable: AtomicU32,
+    /// Answer this many connections with 403 (not retried).
+    denied: AtomicU32,
+    /// While nonzero, refuse service (close at once): a server that is down.
+    down: AtomicU32,
+}
+
+/// A TCP proxy in front of the test server that injects faults.
+fn fault_proxy(faults: Arc<Faults>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let upstream = std::env::var("STRATA_TEST_S3_ENDPOINT")
+        .unwrap()
+        .trim_start_matches("http://")
+        .to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let (f, up) = (faults.clone(), upstream.clone());
+            std::thread::spawn(move || serve(conn, &up, &f));
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn take(n: &AtomicU32) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+        .is_ok()
+}
+
+fn serve(mut client: TcpStream, upstream: &str, f: &Faults) {
+    if f.down.load(Ordering::SeqCst) > 0 {
+        return;
+    }
+    let reply = |client: &mut TcpStream, status: &str| {
+        let mut buf = [0u8; 4096];
+        let _ = client.read(&mut buf);
+        let body = format!("<Error><Code>{status}</Code></Error>");
+        let _ = write!(
+            client,
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    };
+    if take(&f.cut) {
+        let mut buf = [0u8; 512];
+        let _ = client.read(&mut buf);
+        return;
+    }
+    if take(&f.unavailable) {
+        return reply(&mut client, "503 Slow Down");
+    }
+    if take(&f.denied) {
+        return reply(&mut client, "403 AccessDenied");
+    }
+    let Ok(server) = TcpStream::connect(upstream) else {
+        return;
+    };
+    let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c2, &mut s2);
+        let _ = s2.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut s, mut c) = (server, client);
+    let _ = std::io::copy(&mut s, &mut c);
+    let _ = c.shutdown(std::net::Shutdown::Both);
+    let _ = up.join();
+}
+
+fn via(proxy: &str, dir: &Path, local: &Path, args: &[&str]) -> Output {
+    let mut flags = s3_flags(dir, local);
+    let i = flags.iter().position(|f| f == "--s3-endpoint").unwrap();
+    flags[i + 1] = proxy.to_string();
+    Command::new(bin()).args(flags).args(args).output().unwrap()
+}
+
+#[test]
+fn injected_network_faults_are_retried_or_fail_cleanly() {
+    let t = tempfile::tempdir().unwrap();
+    let st = t.path().join("store");
+    let src = t.path().join("src");
+    for i in 0..40 {
+        write(&src, &format!("f{i}"), &noise(i, 3000));
+    }
+    write(&src, "big", &noise(99, 20 << 20));
+    settle();
+    let store = new_s3_store(&st);
+    let faults = Arc::new(Faults::default());
+    let proxy = fault_proxy(faults.clone());
+    let local = t.path().join("host");
+
+    // Cut uploads and 503s: retried, the commit lands.
+    faults.cut.store(3, Ordering::SeqCst);
+    faults.unavailable.store(3, Ordering::SeqCst);
+    ok(&via(
+        &proxy,
+        &st,
+        &local,
+        &["commit", "--set", "n", src.to_str().unwrap()],
+    ));
+    assert_eq!(faults.cut.load(Ordering::SeqCst), 0);
+    assert_eq!(faults.unavailable.load(Ordering::SeqCst), 0);
+    assert_eq!(snapshot_gen(&store, "n", None), snapshot_dir(&src));
+
+    // The server goes down mid-commit and comes back: retried, it lands.
+    write(&src, "f1", b"changed while the server was down");
+    settle();
+    faults.down.store(1, Ordering::SeqCst);
+    let mut child = Command::new(bin())
+        .args({
+            let mut f = s3_flags(&st, &local);
+            let i = f.iter().position(|x| x == "--s3-endpoint").unwrap();
+            f[i + 1] = proxy.clone();
+            f
+        })
+        .args(["commit", "--set", "n"])
+        .arg(&src)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    faults.down.store(0, Ordering::SeqCst);
+    assert!(child.wait().unwrap().success());
+    assert_eq!(snapshot_gen(&store, "n", None), snapshot_dir(&src));
+
+    // A refusal that is not retried fails the commit cleanly: nothing is
+    // published, the store stays consistent, and the next commit works.
+    write(&src, "f2", b"refused");
+    settle();
+    faults.denied.store(1000, Ordering::SeqCst);
+    let out = via(
+        &proxy,
+        &st,
+        &local,
+        &["commit", "--set", "n", src.to_str().unwrap()],
+    );
+    faults.denied.store(0, Ordering::SeqCst);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("remote store request failed"));
+    let latest = strata::index::GenIndex::new(&store, "n")
+        .latest()
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.generation, 2);
+    ok(&strata(&st, &t.path().join("v"), &["verify", "--all"]));
+    ok(&via(
+        &proxy,
+        &st,
+        &local,
+        &["commit", "--set", "n", src.to_str().unwrap()],
+    ));
+    assert_eq!(snapshot_gen(&store, "n", None), snapshot_dir(&src));
+}
+
+fn mount(st: &Path, local: &Path, point: &Path) {
+    std::fs::create_dir_all(point).unwrap();
+    ok(&strata(
+        st,
+        local,
+        &[
+            "mount",
+            point.to_str().unwrap(),
+            "--no-materialize",
+            "--sweep-every",
+            "0s",
+        ],
+    ));
+}
+
+fn unmount(point: &Path) {
+    let _ = Command::new(bin())
+        .args(["unmount", "--lazy"])
+        .arg(point)
+        .output();
+}
+
+#[test]
+fn two_mounts_a_materializer_and_a_sweeper_keep_what_readers_hold() {
+    let t = tempfile::tempdir().unwrap();
+    let st = t.path().join("store");
+    let src = t.path().join("src");
+    let gens: Vec<PathBuf> = (1..=4).map(|g| t.path().join(format!("want{g}"))).collect();
+    let store = new_s3_store(&st);
+    let committer = t.path().join("committer");
+    for (g, want) in gens.iter().enumerate() {
+        for i in 0..30 {
+            write(
+                &src,
+                &format!("d{}/f{i}", i % 3),
+                format!("gen {g} file {i}").as_bytes(),
+            );
+        }
+        write(&src, "big", &noise(g as u64, 2 << 20));
+        settle();
+        ok(&strata(
+            &st,
+            &committer,
+            &["commit", "--set", "s", src.to_str().unwrap()],
+        ));
+        copy_tree(&src, want);
+        if g == 0 {
+            mount(&st, &t.path().join("host-a"), &t.path().join("ma"));
+            mount(&st, &t.path().join("host-b"), &t.path().join("mb"));
+        }
+    }
+    let (ma, mb) = (t.path().join("ma/s"), t.path().join("mb/s"));
+    // Readers: an open file in generation 1 on one host, a cwd in
+    // generation 2 on the other.
+    let mut held = std::fs::File::open(ma.join("gens/1/big")).unwrap();
+    let mut cwd = Command::new("sleep")
+        .arg("600")
+        .current_dir(mb.join("gens/2/d1"))
+        .spawn()
+        .unwrap();
+    ok(&strata(
+        &st,
+        &t.path().join("materializer"),
+        &["materialize", "--set", "s", "--wait"],
+    ));
+    ok(&strata(
+        &st,
+        &committer,
+        &["retain", "--set", "s", "--keep-last", "1"],
+    ));
+    let sweeper = t.path().join("sweeper");
+    ok(&strata(&st, &sweeper, &["sweep", "--grace", "0s"]));
+    std::thread::sleep(S3_LEASE_TTL * (strata::sweep::REMOTE_GRACE_TTLS + 1));
+    let report = ok(&strata(
+        &st,
+        &sweeper,
+        &["sweep", "--grace", "0s", "--json"],
+    ));
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert!(report["deleted"]["count"].as_u64().unwrap() > 0, "{report}");
+
+    let mut data = Vec::new();
+    held.read_to_end(&mut data).unwrap();
+    assert_eq!(
+        data,
+        std::fs::read(gens[0].join("big")).unwrap(),
+        "open file in generation 1"
+    );
+    let d = Command::new("diff")
+        .arg("-r")
+        .arg(gens[1].join("d1"))
+        .arg(format!("/proc/{}/cwd", cwd.id()))
+        .output()
+        .unwrap();
+    assert!(
+        d.status.success(),
+        "cwd in generation 2: {}",
+        String::from_utf8_lossy(&d.stdout)
+    );
+    for m in [&ma, &mb] {
+        let d = Command::new("diff")
+            .arg("-r")
+            .arg(&gens[3])
+            .arg(m.join("latest"))
+            .output()
+            .unwrap();
+        assert!(
+            d.status.success(),
+            "latest through {}: {}",
+            m.display(),
+            String::from_utf8_lossy(&d.stdout)
+        );
+    }
+    assert_eq!(snapshot_gen(&store, "s", Some(4)), snapshot_dir(&gens[3]));
+    ok(&strata(
+        &st,
+        &t.path().join("verifier"),
+        &["verify", "--all"],
+    ));
+    drop(held);
+    cwd.kill().unwrap();
+    cwd.wait().unwrap();
+    unmount(&t.path().join("ma"));
+    unmount(&t.path().join("mb"));
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    let s = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(s.success());
+}
