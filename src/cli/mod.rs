@@ -104,6 +104,10 @@ struct MountCmd {
     /// Grace of scheduled sweeps (default 15m)
     #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
     sweep_grace: Option<std::time::Duration>,
+    /// How often the daemon re-reads each set's latest (default 500ms; raise
+    /// it on a remote store to save requests)
+    #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
+    poll: Option<std::time::Duration>,
     mountpoint: PathBuf,
 }
 
@@ -361,6 +365,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 no_materialize: a.no_materialize,
                 sweep_every: a.sweep_every,
                 sweep_grace: a.sweep_grace,
+                poll: a.poll,
             })
         }
         Cmd::Unmount(a) => mount::unmount(&a.mountpoint, a.lazy),

@@ -46,6 +46,8 @@ pub(crate) struct MountArgs<'a> {
     /// Scheduled sweeps: every, and their grace (`None`: the daemon's defaults).
     pub sweep_every: Option<std::time::Duration>,
     pub sweep_grace: Option<std::time::Duration>,
+    /// How often latest is re-read (`None`: the daemon's default).
+    pub poll: Option<std::time::Duration>,
 }
 
 pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
@@ -71,6 +73,9 @@ pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
     }
     for s in a.sets {
         cmd.arg("--set").arg(s);
+    }
+    if let Some(d) = a.poll {
+        cmd.arg("--poll-ms").arg(d.as_millis().to_string());
     }
     if let Some(d) = a.sweep_every {
         cmd.arg("--sweep-every-s").arg(d.as_secs().to_string());
