@@ -17,7 +17,10 @@ sig=(--aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_A
 case $cmd in
 stop)
     if [ -f "$dir/weed.pid" ]; then
-        kill "$(cat "$dir/weed.pid")" 2>/dev/null || true
+        pid=$(cat "$dir/weed.pid")
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
         rm -f "$dir/weed.pid"
     fi
     exit 0 ;;

@@ -297,25 +297,50 @@ struct Faults {
     unavailable: AtomicU32,
     /// Answer this many connections with 403 (not retried).
     denied: AtomicU32,
-    /// While nonzero, refuse service (close at once): a server that is down.
+    /// While nonzero, refuse connections: a server that is down.
     down: AtomicU32,
 }
 
 /// A TCP proxy in front of the test server that injects faults.
 fn fault_proxy(faults: Arc<Faults>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
     let upstream = std::env::var("STRATA_TEST_S3_ENDPOINT")
         .unwrap()
         .trim_start_matches("http://")
         .to_string();
     std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let (f, up) = (faults.clone(), upstream.clone());
-            std::thread::spawn(move || serve(conn, &up, &f));
+        let mut listener = Some(listener);
+        loop {
+            // A server that is down refuses connections: the port is closed.
+            if faults.down.load(Ordering::SeqCst) > 0 {
+                listener = None;
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            let l = listener.get_or_insert_with(|| bind_again(addr));
+            match l.accept() {
+                Ok((conn, _)) => {
+                    conn.set_nonblocking(false).unwrap();
+                    let (f, up) = (faults.clone(), upstream.clone());
+                    std::thread::spawn(move || serve(conn, &up, &f));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
         }
     });
     format!("http://{addr}")
+}
+
+fn bind_again(addr: std::net::SocketAddr) -> TcpListener {
+    loop {
+        if let Ok(l) = TcpListener::bind(addr) {
+            l.set_nonblocking(true).unwrap();
+            return l;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn take(n: &AtomicU32) -> bool {
@@ -324,9 +349,6 @@ fn take(n: &AtomicU32) -> bool {
 }
 
 fn serve(mut client: TcpStream, upstream: &str, f: &Faults) {
-    if f.down.load(Ordering::SeqCst) > 0 {
-        return;
-    }
     let reply = |client: &mut TcpStream, status: &str| {
         let mut buf = [0u8; 4096];
         let _ = client.read(&mut buf);
@@ -401,7 +423,7 @@ fn injected_network_faults_are_retried_or_fail_cleanly() {
     write(&src, "f1", b"changed while the server was down");
     settle();
     faults.down.store(1, Ordering::SeqCst);
-    let mut child = Command::new(bin())
+    let child = Command::new(bin())
         .args({
             let mut f = s3_flags(&st, &local);
             let i = f.iter().position(|x| x == "--s3-endpoint").unwrap();
@@ -416,7 +438,12 @@ fn injected_network_faults_are_retried_or_fail_cleanly() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     faults.down.store(0, Ordering::SeqCst);
-    assert!(child.wait().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(snapshot_gen(&store, "n", None), snapshot_dir(&src));
 
     // A refusal that is not retried fails the commit cleanly: nothing is
@@ -587,4 +614,88 @@ fn copy_tree(from: &Path, to: &Path) {
         .status()
         .unwrap();
     assert!(s.success());
+}
+
+#[test]
+fn a_blob_too_large_for_the_cache_is_served_by_ranged_reads() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "big", &noise(3, 3 << 20));
+    settle();
+    new_s3_store(&st);
+    let host = t.path().join("host");
+    ok(&strata(
+        &st,
+        &host,
+        &["commit", "--set", "r", src.to_str().unwrap()],
+    ));
+    let point = t.path().join("m");
+    std::fs::create_dir_all(&point).unwrap();
+    // A 4 MiB cache keeps objects up to 1 MiB: the blob is read remotely.
+    let mut flags = s3_flags(&st, &host);
+    flags.extend(["--cache-size".into(), "4M".into()]);
+    ok(&Command::new(bin())
+        .args(&flags)
+        .args(["mount", point.to_str().unwrap()])
+        .output()
+        .unwrap());
+    let read = std::fs::read(point.join("r/latest/big"));
+    unmount(&point);
+    assert_eq!(read.unwrap(), std::fs::read(src.join("big")).unwrap());
+    let cached = walk_files(&host.join("cache/objects/blobs"));
+    assert!(cached.is_empty(), "not kept locally: {cached:?}");
+}
+
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .flat_map(|e| {
+            if e.path().is_dir() {
+                walk_files(&e.path())
+            } else {
+                vec![e.path()]
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_command_works_unchanged_on_s3() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "a/one", b"one");
+    write(&src, "a/two", b"two");
+    settle();
+    new_s3_store(&st);
+    let h = t.path().join("host");
+    let run = |args: &[&str]| ok(&strata(&st, &h, args));
+    run(&["commit", "--set", "w", src.to_str().unwrap()]);
+    write(&src, "a/two", b"two, changed");
+    settle();
+    run(&[
+        "commit",
+        "--set",
+        "w",
+        "-m",
+        "second",
+        src.to_str().unwrap(),
+    ]);
+    assert!(run(&["log", "--set", "w"]).contains("second"));
+    assert!(run(&["ls", "--set", "w", "a"]).contains("two"));
+    assert_eq!(run(&["cat", "--set", "w", "--gen", "1", "a/two"]), "two");
+    assert!(run(&["diff", "--set", "w", "1", "2"]).contains("a/two"));
+    assert!(run(&["sets"]).contains('w'));
+    run(&["tag", "--set", "w", "--gen", "1", "first"]);
+    assert!(run(&["tags", "--set", "w"]).contains("first"));
+    run(&["verify", "--all"]);
+    run(&["materialize", "--set", "w", "--wait"]);
+    assert!(run(&["tasks", "--json"]).contains("PUBLISHED"));
+    run(&["retain", "--set", "w", "--keep-last", "1"]);
+    run(&["sweep", "--dry-run"]);
+    run(&["pins", "--json"]);
+    run(&["leases", "--json"]);
+    assert!(run(&["status"]).contains('w'));
+    assert_eq!(run(&["cat", "--set", "w", "a/two"]), "two, changed");
 }

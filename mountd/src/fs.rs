@@ -64,6 +64,9 @@ enum Handle {
     },
     /// A verified standalone blob read with pread (no passthrough).
     File(File),
+    /// A verified standalone blob of a remote store too large for its local
+    /// cache, read with ranged GETs.
+    Remote { key: String, size: u64 },
     /// A packed (small) blob, read and verified at the first `read`: with
     /// FOPEN_KEEP_CACHE a warm open whose pages the kernel holds costs nothing.
     Packed(Arc<LazyBlob>),
@@ -514,17 +517,21 @@ impl StrataFs {
     }
 
     /// Verify a whole standalone blob as the verify mode asks.
-    fn verify_standalone(&self, file: &File, digest: [u8; 32], what: &str) -> Reply<()> {
-        let seen = || {
-            self.verified
+    fn must_verify(&self, digest: &[u8; 32]) -> bool {
+        match self.verify {
+            VerifyMode::Off => false,
+            VerifyMode::FirstOpen => !self
+                .verified
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .contains(&digest)
-        };
-        match self.verify {
-            VerifyMode::Off => return Ok(()),
-            VerifyMode::FirstOpen if seen() => return Ok(()),
-            _ => {}
+                .contains(digest),
+            VerifyMode::Always => true,
+        }
+    }
+
+    fn verify_standalone(&self, file: &File, digest: [u8; 32], what: &str) -> Reply<()> {
+        if !self.must_verify(&digest) {
+            return Ok(());
         }
         let mut hasher = blake3::Hasher::new();
         let mut reader = file;
@@ -532,6 +539,31 @@ impl StrataFs {
             error!("{what}: read blob: {e}");
             Errno::EIO
         })?;
+        self.verified_as(hasher, digest, what)
+    }
+
+    /// Hash a remote blob in ranged reads before serving it.
+    fn verify_remote(&self, key: &str, size: u64, digest: [u8; 32], what: &str) -> Reply<()> {
+        if !self.must_verify(&digest) {
+            return Ok(());
+        }
+        let mut hasher = blake3::Hasher::new();
+        let mut off = 0;
+        while off < size {
+            let n = REMOTE_CHUNK.min(size - off);
+            let chunk = self
+                .gens
+                .store()
+                .storage()
+                .get_range(key, off, n)
+                .map_err(|e| errno(&e, what))?;
+            hasher.update(&chunk);
+            off += n;
+        }
+        self.verified_as(hasher, digest, what)
+    }
+
+    fn verified_as(&self, hasher: blake3::Hasher, digest: [u8; 32], what: &str) -> Reply<()> {
         if hasher.finalize().as_bytes() != &digest {
             self.stats.verify_failures.fetch_add(1, Ordering::Relaxed);
             error!(
@@ -548,6 +580,9 @@ impl StrataFs {
         Ok(())
     }
 }
+
+/// Ranged GET size when hashing a remote blob that is not cached.
+const REMOTE_CHUNK: u64 = 8 << 20;
 
 impl StrataFs {
     /// The backing id of `digest`: the one its current opens share, or a new one.
@@ -587,7 +622,7 @@ impl StrataFs {
         }
         let what = describe(&gen, &row.path());
         match (row.blob, row.digest) {
-            (BlobLoc::Standalone, Some(digest)) => self.open_standalone(digest, &what),
+            (BlobLoc::Standalone, Some(digest)) => self.open_standalone(digest, row.size, &what),
             _ => {
                 let blob = LazyBlob {
                     row,
@@ -602,12 +637,19 @@ impl StrataFs {
         }
     }
 
-    fn open_standalone(&self, digest: [u8; 32], what: &str) -> Reply<Opened> {
+    fn open_standalone(&self, digest: [u8; 32], size: u64, what: &str) -> Reply<Opened> {
         let key = keys::blob(&hex::encode(digest));
-        let file = self.gens.store().storage().open_file(&key).map_err(|e| {
+        let opened = self.gens.store().storage().open_file(&key).map_err(|e| {
             error!("{what}: open blob {key}: {}", strata::cli_chain(&e));
             Errno::EIO
         })?;
+        let Some(file) = opened else {
+            self.verify_remote(&key, size, digest, what)?;
+            return Ok(Opened::Handle(
+                Handle::Remote { key, size },
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ));
+        };
         self.verify_standalone(&file, digest, what)?;
         if self.passthrough {
             return Ok(Opened::Passthrough(file, digest));
@@ -623,6 +665,11 @@ impl StrataFs {
             let handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
             match handles.get(&fh.0) {
                 Some(Handle::Packed(b)) => b.clone(),
+                Some(Handle::Remote { key, size: total }) => {
+                    let (key, total) = (key.clone(), *total);
+                    drop(handles);
+                    return self.read_remote(&key, total, offset, size);
+                }
                 Some(Handle::File(f)) | Some(Handle::Passthrough { file: f, .. }) => {
                     let mut buf = vec![0u8; size as usize];
                     let n = f.read_at(&mut buf, offset).map_err(Errno::from)?;
@@ -639,6 +686,20 @@ impl StrataFs {
         let start = (offset as usize).min(b.len());
         let end = start.saturating_add(size as usize).min(b.len());
         Ok(b[start..end].to_vec())
+    }
+
+    /// One read of a blob served by ranged GETs (the lock is not held).
+    fn read_remote(&self, key: &str, total: u64, offset: u64, size: u32) -> Reply<Vec<u8>> {
+        let start = offset.min(total);
+        let n = u64::from(size).min(total - start);
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        self.gens
+            .store()
+            .storage()
+            .get_range(key, start, n)
+            .map_err(|e| errno(&e, key))
     }
 
     fn do_opendir(&self, ino: INodeNo) -> Reply<(Handle, FopenFlags)> {

@@ -2,10 +2,9 @@
 # Object-store benchmark: the same tree in a local store and in a store on a
 # local S3-compatible server (SeaweedFS, scripts/s3-server.sh), side by side
 # in one run: commit, then find / grep -r / cat of a 512 MiB file through
-# the mount, with the kernel's caches dropped before each command, and for
-# the S3 store with strata's local cache empty (cache wiped, daemon
-# restarted) and warm (filled by an earlier run, daemon restarted), plus
-# fully warm. Remote requests per operation come from the daemon's
+# the mount: cold (daemon restarted, kernel caches dropped; for the S3 store
+# once with strata's local cache wiped and once with it warm from an earlier
+# run) and warm (the command run once untimed first). Remote requests per operation come from the daemon's
 # request counters (`strata status --json`).
 #   scripts/bench/s3.sh [mixed] [WORKDIR]   (mixed: 30k files, 1.5 GiB)
 # Prints a Markdown table and writes it to WORKDIR/s3-results.md.
@@ -25,15 +24,19 @@ cleanup() {
 }
 trap cleanup EXIT
 for m in "$WORK"/mnt-*; do mountpoint -q "$m" 2>/dev/null && umount -l "$m"; done
-rm -rf "$WORK/local" "$WORK/s3host" "$WORK/tree" && mkdir -p "$WORK/mnt-local" "$WORK/mnt-s3"
+rm -rf "$WORK/local" "$WORK/s3host" && mkdir -p "$WORK/mnt-local" "$WORK/mnt-s3"
 RESULTS="$WORK/s3-results.md"
 TREE="$WORK/tree"
 LOCAL=(--store "$WORK/local")
 S3=(--store "s3://$STRATA_TEST_S3_BUCKET/bench-$(date +%s)" --s3-endpoint "$STRATA_TEST_S3_ENDPOINT"
     --allow-http --cache-dir "$WORK/s3host" --cache-size 8G)
 
-echo "generating $KIND tree..." >&2
-python3 "$ROOT/scripts/bench/gentree.py" "$KIND" "$TREE"
+if [ ! -e "$WORK/tree.done" ]; then
+    echo "generating $KIND tree..." >&2
+    rm -rf "$TREE"
+    python3 "$ROOT/scripts/bench/gentree.py" "$KIND" "$TREE"
+    touch "$WORK/tree.done"
+fi
 
 secs() { /usr/bin/time -f "%e" -o "$WORK/t.out" "$@" >/dev/null 2>"$WORK/err.out" || { cat "$WORK/err.out" >&2; exit 1; }; cat "$WORK/t.out"; }
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
@@ -60,20 +63,23 @@ declare -A CMD=(
     [cat]="cat DIR/b/latest/media/big.bin"
 )
 OPS="find grep cat"
-run() { bash -c "${CMD[$1]//DIR/$2}"; }
+run() { secs bash -c "${CMD[$1]//DIR/$2}"; }
+prime() { bash -c "${CMD[$1]//DIR/$2}" >/dev/null; }
 
 printf '# object-store benchmark, %s, %s cores, kernel %s\n\n' "$(date -u +%F)" "$(nproc)" "$(uname -r)" | tee "$RESULTS"
 printf 'tree: %s files, %s bytes; commit: local %s s, S3 %s s\n\n' \
     "$(find "$TREE" -type f | wc -l)" "$(du -sb "$TREE" | cut -f1)" "$commit_local" "$commit_s3" | tee -a "$RESULTS"
 printf '| op | local cold | S3 empty cache | requests | S3 warm cache, cold kernel | requests | local warm | S3 warm |\n|---|---|---|---|---|---|---|---|\n' | tee -a "$RESULTS"
 for op in $OPS; do
-    cold; lc=$(secs run "$op" "$WORK/mnt-local")
-    run "$op" "$WORK/mnt-local" >/dev/null; lw=$(secs run "$op" "$WORK/mnt-local")
+    "$STRATA" "${LOCAL[@]}" unmount "$WORK/mnt-local" >/dev/null
+    "$STRATA" "${LOCAL[@]}" mount "$WORK/mnt-local" >/dev/null
+    cold; lc=$(run "$op" "$WORK/mnt-local")
+    prime "$op" "$WORK/mnt-local"; lw=$(run "$op" "$WORK/mnt-local")
     rm -rf "$WORK/s3host/cache"; mount_s3; cold
-    r0=$(requests); se=$(secs run "$op" "$WORK/mnt-s3"); re=$(( $(requests) - r0 ))
+    r0=$(requests); se=$(run "$op" "$WORK/mnt-s3"); re=$(( $(requests) - r0 ))
     unmount_s3; mount_s3; cold
-    r0=$(requests); sc=$(secs run "$op" "$WORK/mnt-s3"); rc=$(( $(requests) - r0 ))
-    run "$op" "$WORK/mnt-s3" >/dev/null; sw=$(secs run "$op" "$WORK/mnt-s3")
+    r0=$(requests); sc=$(run "$op" "$WORK/mnt-s3"); rc=$(( $(requests) - r0 ))
+    prime "$op" "$WORK/mnt-s3"; sw=$(run "$op" "$WORK/mnt-s3")
     unmount_s3
     printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$op" "$lc" "$se" "$re" "$sc" "$rc" "$lw" "$sw" | tee -a "$RESULTS"
 done

@@ -429,9 +429,11 @@ impl Storage for LocalStorage {
         Some(self.path(key))
     }
 
-    fn open_file(&self, key: &str) -> Result<File> {
+    fn open_file(&self, key: &str) -> Result<Option<File>> {
         let path = self.path(key);
-        File::open(&path).map_err(|e| not_found_or_io(e, key, &path))
+        File::open(&path)
+            .map(Some)
+            .map_err(|e| not_found_or_io(e, key, &path))
     }
 
     fn scratch_dir(&self, name: &str) -> Result<PathBuf> {

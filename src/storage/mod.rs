@@ -98,8 +98,10 @@ pub trait Storage: Send + Sync + Debug {
     /// Local file backing `key`, when the backend has one (for passthrough reads).
     fn local_path(&self, key: &str) -> Option<PathBuf>;
     /// An open local file holding the whole immutable object at `key` (the
-    /// object itself locally; a verified cache copy for a remote store).
-    fn open_file(&self, key: &str) -> Result<File>;
+    /// object itself locally; a verified cache copy for a remote store);
+    /// `None` when the object is too large to keep locally (read it with
+    /// [`Storage::get_range`]).
+    fn open_file(&self, key: &str) -> Result<Option<File>>;
     /// Local scratch directory for staging files of one owner.
     fn scratch_dir(&self, name: &str) -> Result<PathBuf>;
     /// Take the lease at `key`, waiting for it if `wait`. Without `wait`,

@@ -24,8 +24,25 @@ use std::sync::Arc;
 
 /// Objects at or above this size are fetched as parallel ranged GETs.
 pub(crate) const RANGED_PART: u64 = 8 << 20;
-/// Extra attempts of a PUT whose connection failed.
-const PUT_RETRIES: u32 = 4;
+/// Extra attempts of a request whose transport failed in a way the client
+/// does not retry itself (a conditional PUT cut mid-request, a connection
+/// the pool handed out as it closed).
+const RETRIES: u32 = 6;
+
+/// Run `f`, again after 100 ms, 200 ms, ... 3.2 s while it fails with a
+/// transport error; other outcomes (including not-found) are final.
+fn again<T>(f: impl Fn() -> Result<T>) -> Result<T> {
+    let mut attempt = 0;
+    loop {
+        match f() {
+            Err(Error::Remote { .. }) if attempt < RETRIES => {
+                std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
+}
 /// Ranged GETs in flight for one object.
 const RANGED_PARALLEL: usize = 8;
 
@@ -195,6 +212,10 @@ impl Remote {
 
     /// Whole object and its version; `None` if absent.
     pub(crate) fn get(&self, key: &str, limit: u64) -> Result<Option<(Bytes, UpdateVersion)>> {
+        again(|| self.get_once(key, limit))
+    }
+
+    fn get_once(&self, key: &str, limit: u64) -> Result<Option<(Bytes, UpdateVersion)>> {
         let path = self.path(key);
         Counts::bump(&self.counts.get);
         self.rt.block_on(async {
@@ -220,6 +241,10 @@ impl Remote {
     }
 
     pub(crate) fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Bytes> {
+        again(|| self.get_range_once(key, offset, len))
+    }
+
+    fn get_range_once(&self, key: &str, offset: u64, len: u64) -> Result<Bytes> {
         let path = self.path(key);
         Counts::bump(&self.counts.get_range);
         let bytes = self
@@ -267,6 +292,10 @@ impl Remote {
 
     /// Size of an object, `None` if absent.
     pub(crate) fn head(&self, key: &str) -> Result<Option<u64>> {
+        again(|| self.head_once(key))
+    }
+
+    fn head_once(&self, key: &str) -> Result<Option<u64>> {
         Counts::bump(&self.counts.head);
         match self.rt.block_on(self.store.head(&self.path(key))) {
             Ok(m) => Ok(Some(m.size)),
@@ -280,16 +309,7 @@ impl Remote {
     /// retried here a bounded number of times; a retry that then fails its
     /// precondition is sorted out by the caller reading its bytes back.
     pub(crate) fn put(&self, key: &str, body: Bytes, mode: PutMode) -> Result<Put> {
-        let mut attempt = 0;
-        loop {
-            match self.put_once(key, body.clone(), mode.clone()) {
-                Err(_) if attempt < PUT_RETRIES => {
-                    std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
-                    attempt += 1;
-                }
-                r => return r,
-            }
-        }
+        again(|| self.put_once(key, body.clone(), mode.clone()))
     }
 
     fn put_once(&self, key: &str, body: Bytes, mode: PutMode) -> Result<Put> {
@@ -347,6 +367,10 @@ impl Remote {
 
     /// Directories (common prefixes) and objects with sizes directly under `dir`.
     pub(crate) fn list(&self, dir: &str) -> Result<Listing> {
+        again(|| self.list_once(dir))
+    }
+
+    fn list_once(&self, dir: &str) -> Result<Listing> {
         Counts::bump(&self.counts.list);
         let r = self
             .rt
@@ -363,6 +387,10 @@ impl Remote {
     }
 
     pub(crate) fn delete(&self, key: &str) -> Result<()> {
+        again(|| self.delete_once(key))
+    }
+
+    fn delete_once(&self, key: &str) -> Result<()> {
         Counts::bump(&self.counts.delete);
         match self.rt.block_on(self.store.delete(&self.path(key))) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
