@@ -72,6 +72,8 @@ pub enum Error {
     Remote {
         op: &'static str,
         key: String,
+        /// A transport failure or server overload, worth another attempt.
+        transient: bool,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },

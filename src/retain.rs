@@ -241,6 +241,7 @@ pub fn apply(store: &Store, plan: &Plan, owner: &str) -> Result<Vec<u64>> {
         if tagged.contains(g) {
             continue;
         }
+        _lock.check()?;
         match index.retire(decided, owner) {
             Ok(_) => retired.push(*g),
             Err(e) if e.kind() == crate::error::ErrorKind::Conflict => {}

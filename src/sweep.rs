@@ -450,7 +450,7 @@ impl Marks {
         let key = keys::pack(&hex::encode(d));
         store
             .storage()
-            .get_range(&key, size.saturating_sub(TAIL_LEN), TAIL_LEN)
+            .get_range_uncached(&key, size.saturating_sub(TAIL_LEN), TAIL_LEN)
             .ok()
             .and_then(|t| overhead(&t))
             .unwrap_or(0)
@@ -684,6 +684,11 @@ fn take_sweeper(store: &Store, holder: &str) -> Result<Box<dyn crate::storage::L
 /// deletion batch runs (see the module docs for why this suffices).
 pub(crate) fn wait_while_deleting(store: &Store) -> Result<()> {
     let start = Instant::now();
+    // Locally a probe is a syscall; remotely a request.
+    let poll = store
+        .storage()
+        .lease_ttl()
+        .map_or(Duration::from_millis(2), |ttl| ttl / 8);
     loop {
         match store.storage().probe_lease(DELETING_LEASE)? {
             LeaseState::Held { holder } if start.elapsed() > WRITER_WAIT_MAX => {
@@ -691,7 +696,7 @@ pub(crate) fn wait_while_deleting(store: &Store) -> Result<()> {
                     "a sweep's deletion batch did not end: holder=`{holder}`"
                 )))
             }
-            LeaseState::Held { .. } => std::thread::sleep(Duration::from_millis(2)),
+            LeaseState::Held { .. } => std::thread::sleep(poll),
             LeaseState::Unheld | LeaseState::Missing => return Ok(()),
         }
     }

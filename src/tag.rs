@@ -77,6 +77,7 @@ pub fn tag(store: &Store, set: &str, name: &str, generation: Option<u64>) -> Res
         created_ns: crate::token::now_ns(),
     };
     let bytes = serde_json::to_vec(&t).map_err(|e| Error::Internal(e.to_string()))?;
+    _lock.check()?;
     if store
         .storage()
         .put_if_absent(&keys::tag(set, name), &bytes)?

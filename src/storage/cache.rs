@@ -5,8 +5,10 @@
 //! content (SHA-256, or BLAKE3 for blobs; docs/FORMAT.md "Layout"), so a copy
 //! is admitted only after its content hashes to its name: the cache can
 //! never serve bytes the store does not hold. Copies are written under a
-//! temporary name and renamed, so a crash leaves nothing half-visible, and
-//! they survive restarts. The total size is bounded: past the budget the
+//! temporary name, fsynced and renamed, so a crash leaves nothing
+//! half-visible, and they survive restarts. Several processes of one host
+//! (the CLI beside a daemon) may share the directory; each keeps its own
+//! view of recency and budget, so together they may exceed it briefly. The total size is bounded: past the budget the
 //! least recently used copies are removed (recency is kept in memory and
 //! seeded from file times at start). Removing a copy never disturbs a reader
 //! that has it open.
@@ -18,6 +20,9 @@ use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
+
+/// A temporary fill file untouched this long belongs to a dead process.
+const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(3600);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Hash {
@@ -137,7 +142,11 @@ impl Cache {
             return Ok(());
         }
         let path = self.path(key);
-        fs::rename(tmp, &path).ctx("rename", &path)?;
+        let synced = File::open(tmp).and_then(|f| f.sync_all());
+        if let Err(e) = synced.and_then(|()| fs::rename(tmp, &path)) {
+            let _ = fs::remove_file(tmp);
+            return Err(Error::io("admit", &path, e));
+        }
         let mut lru = self.lru.lock().unwrap_or_else(PoisonError::into_inner);
         lru.clock += 1;
         let used = lru.clock;
@@ -227,10 +236,19 @@ fn scan(
     for entry in fs::read_dir(dir).ctx("readdir", dir)? {
         let entry = entry.ctx("readdir", dir)?;
         let path = entry.path();
-        let md = entry.metadata().ctx("stat", &path)?;
+        let md = match entry.metadata() {
+            Ok(md) => md,
+            // Admitted or evicted by another process meanwhile.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io("stat", &path, e)),
+        };
         let name = entry.file_name();
         if name.to_string_lossy().starts_with(".tmp-") {
-            let _ = fs::remove_file(&path);
+            // Another process (the CLI beside a daemon) may be filling it.
+            let stale = md.modified().ok().and_then(|t| t.elapsed().ok());
+            if stale.is_some_and(|age| age > STALE_TEMP) {
+                let _ = fs::remove_file(&path);
+            }
         } else if md.is_dir() {
             scan(root, &path, out)?;
         } else if let Ok(rel) = path.strip_prefix(root) {

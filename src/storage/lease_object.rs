@@ -9,7 +9,7 @@
 //! over with the same conditional PUT. A released lease is free at once.
 //!
 //! Fencing: a holder measures from the moment it *sent* its last successful
-//! renewal. Past 3/4 of the ttl without one it may have been taken over, so
+//! renewal, on CLOCK_BOOTTIME (which counts a suspended host's sleep). Past 3/4 of the ttl without one it may have been taken over, so
 //! [`Lease::check`] renews synchronously and fails with `Fenced` if that no
 //! longer succeeds; publications call it right before their index writes.
 
@@ -27,6 +27,24 @@ const LEASE_TAG: &str = "strata-lease";
 /// 1: initial lease object.
 const LEASE_VERSION: u32 = 1;
 const MAX_LEASE_BYTES: u64 = 64 << 10;
+/// A lease body's ttl is believed up to this long (a larger one would make
+/// a dead holder's lease undecidable).
+const MAX_TTL: Duration = Duration::from_secs(3600);
+
+/// The holder's clock: CLOCK_BOOTTIME, which keeps counting while the host
+/// is suspended, so a holder that slept through its ttl knows it.
+fn boottime() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Body {
@@ -51,7 +69,7 @@ impl Body {
 
     fn next(&self, released: bool) -> Body {
         Body {
-            counter: self.counter + 1,
+            counter: self.counter.saturating_add(1),
             released,
             ..self.clone()
         }
@@ -63,11 +81,26 @@ impl Body {
 struct Held {
     body: Body,
     version: UpdateVersion,
-    /// When the last successful renewal (or the acquisition) was sent.
-    sent: Instant,
+    /// When the last successful renewal (or the acquisition) was sent, on
+    /// the holder's clock ([`boottime`]).
+    sent: Duration,
+    /// A renewal whose outcome is unknown: its counter and when it was
+    /// first sent (a later confirmation counts from then).
+    pending: Option<(u64, Duration)>,
+    /// Someone else wrote the lease: it is gone for good.
     lost: bool,
     released: bool,
 }
+
+impl Held {
+    fn age(&self) -> Duration {
+        boottime().saturating_sub(self.sent)
+    }
+}
+
+/// A held lease by key: the holder text (readable without waiting on the
+/// lease's own mutex, which renewals hold across requests) and its state.
+type HeldEntry = (String, Arc<Mutex<Held>>);
 
 /// What this process last saw of someone else's lease.
 #[derive(Debug, Clone)]
@@ -81,7 +114,7 @@ struct Seen {
 pub(crate) struct LeaseTable {
     remote: Arc<Remote>,
     ttl: Duration,
-    held: Mutex<HashMap<String, Arc<Mutex<Held>>>>,
+    held: Mutex<HashMap<String, HeldEntry>>,
     seen: Mutex<HashMap<String, Seen>>,
 }
 
@@ -138,8 +171,12 @@ impl LeaseTable {
                         }
                     }
                     Verdict::Free(prev, v) => {
+                        let holder_was = prev.holder.clone();
                         if let Some(l) = self.write_new(key, holder, Some((prev, v)))? {
                             return Ok(TryLease::Acquired(l));
+                        }
+                        if !wait && started.elapsed() > self.ttl * 2 {
+                            return Ok(TryLease::Busy { holder: holder_was });
                         }
                     }
                     Verdict::Live(h) if !wait => return Ok(TryLease::Busy { holder: h }),
@@ -155,10 +192,7 @@ impl LeaseTable {
 
     fn own_holder(&self, key: &str) -> Option<String> {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.get(key).map(|h| {
-            let h = h.lock().unwrap_or_else(PoisonError::into_inner);
-            h.body.holder.clone()
-        })
+        held.get(key).map(|(holder, _)| holder.clone())
     }
 
     /// Read the lease and decide on this process's observations.
@@ -170,7 +204,9 @@ impl LeaseTable {
         if body.released {
             return Ok(Verdict::Free(body, version));
         }
-        let ttl = self.ttl.max(Duration::from_millis(body.ttl_ms));
+        let ttl = self
+            .ttl
+            .max(Duration::from_millis(body.ttl_ms).min(MAX_TTL));
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         match seen.get(key) {
             Some(s) if s.token == body.token && s.counter == body.counter => {
@@ -202,7 +238,9 @@ impl LeaseTable {
             version: LEASE_VERSION,
             holder: holder.to_string(),
             token: crate::token::new_token(),
-            counter: prev.as_ref().map_or(1, |(b, _)| b.counter + 1),
+            counter: prev
+                .as_ref()
+                .map_or(1, |(b, _)| b.counter.saturating_add(1)),
             ttl_ms: self.ttl.as_millis() as u64,
             released: false,
         };
@@ -210,7 +248,7 @@ impl LeaseTable {
             None => PutMode::Create,
             Some((_, v)) => PutMode::Update(v),
         };
-        let sent = Instant::now();
+        let sent = boottime();
         let version = match self.remote.put(key, body.encode(), mode)? {
             Put::Done(v) => v,
             Put::Exists | Put::Changed => match self.remote.get(key, MAX_LEASE_BYTES)? {
@@ -223,13 +261,14 @@ impl LeaseTable {
             body,
             version,
             sent,
+            pending: None,
             lost: false,
             released: false,
         }));
         self.held
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.to_string(), held.clone());
+            .insert(key.to_string(), (holder.to_string(), held.clone()));
         Ok(Some(Box::new(ObjectLease {
             key: key.to_string(),
             held,
@@ -297,34 +336,42 @@ impl LeaseTable {
         seen.get(key).map(|s| (s.token.clone(), s.counter))
     }
 
-    /// Renew one held lease now (conditional PUT, counter + 1).
+    /// Renew one held lease now (conditional PUT, counter + 1). Only a
+    /// confirmed write by someone else loses it; after errors it stays
+    /// stale (and fenced by [`Lease::check`]) until a renewal succeeds.
     fn renew(&self, key: &str, held: &Mutex<Held>) {
         let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
         if h.released || h.lost {
             return;
         }
         let next = h.body.next(false);
-        let sent = Instant::now();
-        match self
-            .remote
-            .put(key, next.encode(), PutMode::Update(h.version.clone()))
-        {
-            Ok(Put::Done(v)) => {
-                h.body = next;
-                h.version = v;
-                h.sent = sent;
-            }
-            Ok(Put::Exists | Put::Changed) => match self.remote.get(key, MAX_LEASE_BYTES) {
-                // Our own renewal, whose first response was lost.
-                Ok(Some((b, v))) if b == next.encode() => {
-                    h.body = next;
-                    h.version = v;
-                    h.sent = sent;
-                }
-                _ => h.lost = true,
-            },
-            Err(_) if h.sent.elapsed() >= self.ttl => h.lost = true,
-            Err(_) => {}
+        let sent = match h.pending {
+            Some((counter, sent)) if counter == next.counter => sent,
+            _ => boottime(),
+        };
+        h.pending = Some((next.counter, sent));
+        let confirmed =
+            match self
+                .remote
+                .put(key, next.encode(), PutMode::Update(h.version.clone()))
+            {
+                Ok(Put::Done(v)) => Some(v),
+                Ok(Put::Exists | Put::Changed) => match self.remote.get(key, MAX_LEASE_BYTES) {
+                    // Our own renewal, whose first response was lost.
+                    Ok(Some((b, v))) if b == next.encode() => Some(v),
+                    Ok(_) => {
+                        h.lost = true;
+                        None
+                    }
+                    Err(_) => None,
+                },
+                Err(_) => None,
+            };
+        if let Some(v) = confirmed {
+            h.body = next;
+            h.version = v;
+            h.sent = sent;
+            h.pending = None;
         }
     }
 
@@ -339,14 +386,16 @@ impl LeaseTable {
         }
         drop(h);
         let mut map = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if map.get(key).is_some_and(|x| std::ptr::eq(&**x, held)) {
+        if map.get(key).is_some_and(|(_, x)| std::ptr::eq(&**x, held)) {
             map.remove(key);
         }
     }
 
     fn held_now(&self) -> Vec<(String, Arc<Mutex<Held>>)> {
         let map = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        map.iter()
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
+            .collect()
     }
 }
 
@@ -384,15 +433,16 @@ impl Lease for ObjectLease {
     }
 
     fn check(&self) -> Result<()> {
+        let limit = self.table.ttl * 3 / 4;
         let stale = {
             let h = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            h.lost || h.sent.elapsed() >= self.table.ttl * 3 / 4
+            h.lost || h.age() >= limit
         };
         if stale {
             self.table.renew(&self.key, &self.held);
         }
         let h = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if h.lost || h.sent.elapsed() >= self.table.ttl * 3 / 4 {
+        if h.lost || h.age() >= limit {
             return Err(Error::Fenced {
                 key: self.key.clone(),
             });

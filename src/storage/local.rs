@@ -417,6 +417,7 @@ impl Storage for LocalStorage {
     }
 
     fn delete_dir(&self, dir: &str) -> Result<()> {
+        super::check_scratch_dir(dir)?;
         let path = self.path(dir);
         match fs::remove_dir_all(&path) {
             Ok(()) => Ok(()),

@@ -77,6 +77,11 @@ pub trait Storage: Send + Sync + Debug {
     fn get(&self, key: &str, limit: u64) -> Result<Vec<u8>>;
     /// `len` bytes at `offset`; a short object is an error.
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
+    /// Like [`Storage::get_range`], but never fetching the whole object into
+    /// a local cache (for scans that touch each object once, like a sweep).
+    fn get_range_uncached(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.get_range(key, offset, len)
+    }
     /// Size of an object, `None` if absent.
     fn size(&self, key: &str) -> Result<Option<u64>>;
     /// Durably create `key` with `bytes` unless it exists.
@@ -128,4 +133,21 @@ pub trait Storage: Send + Sync + Debug {
     fn request_counts(&self) -> Option<BTreeMap<&'static str, u64>> {
         None
     }
+}
+
+/// `delete_dir` removes only `staging/<name>` of one attempt: a name read
+/// from the store (a task's owner token) must never reach outside it.
+pub(crate) fn check_scratch_dir(dir: &str) -> Result<()> {
+    let name = dir.strip_prefix("staging/").unwrap_or("");
+    let valid = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !valid {
+        return Err(crate::error::Error::Invalid(format!(
+            "not a staging directory of one attempt: dir=`{dir}`"
+        )));
+    }
+    Ok(())
 }

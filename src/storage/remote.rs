@@ -24,18 +24,20 @@ use std::sync::Arc;
 
 /// Objects at or above this size are fetched as parallel ranged GETs.
 pub(crate) const RANGED_PART: u64 = 8 << 20;
-/// Extra attempts of a request whose transport failed in a way the client
+/// Extra attempts of a request that failed transiently in a way the client
 /// does not retry itself (a conditional PUT cut mid-request, a connection
 /// the pool handed out as it closed).
 const RETRIES: u32 = 6;
 
-/// Run `f`, again after 100 ms, 200 ms, ... 3.2 s while it fails with a
-/// transport error; other outcomes (including not-found) are final.
+/// Run `f`, again after 100 ms, 200 ms, ... 3.2 s while it fails
+/// transiently; other outcomes (including not-found and 403) are final.
 fn again<T>(f: impl Fn() -> Result<T>) -> Result<T> {
     let mut attempt = 0;
     loop {
         match f() {
-            Err(Error::Remote { .. }) if attempt < RETRIES => {
+            Err(Error::Remote {
+                transient: true, ..
+            }) if attempt < RETRIES => {
                 std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
                 attempt += 1;
             }
@@ -75,6 +77,33 @@ impl Endpoint {
             )));
         }
         Ok((bucket.to_string(), prefix))
+    }
+}
+
+/// Whether a failed request may succeed when sent again: transport errors
+/// and 5xx, 408 and 429 answers are; other 4xx answers (denied, malformed)
+/// and configuration errors are not. The client keeps its status codes
+/// private, so the answer is read from the error's text.
+fn is_transient(e: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    if matches!(
+        e,
+        E::InvalidPath { .. } | E::NotSupported { .. } | E::NotImplemented { .. }
+    ) {
+        return false;
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    match text.find("status code: 4") {
+        Some(i) => {
+            let code = text.get(i + 13..i + 16).unwrap_or("");
+            code == "408" || code == "429"
+        }
+        None => true,
     }
 }
 
@@ -166,6 +195,7 @@ impl Remote {
         let store = b.build().map_err(|e| Error::Remote {
             op: "configure",
             key: format!("s3://{}", ep.bucket),
+            transient: false,
             source: Box::new(e),
         })?;
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -205,6 +235,7 @@ impl Remote {
             e => Error::Remote {
                 op,
                 key: key.to_string(),
+                transient: is_transient(&e),
                 source: Box::new(e),
             },
         }
@@ -247,9 +278,16 @@ impl Remote {
     fn get_range_once(&self, key: &str, offset: u64, len: u64) -> Result<Bytes> {
         let path = self.path(key);
         Counts::bump(&self.counts.get_range);
+        let end = offset.checked_add(len).ok_or_else(|| {
+            Error::corrupt(
+                "object",
+                key,
+                format!("range overflows: offset={offset} len={len}"),
+            )
+        })?;
         let bytes = self
             .rt
-            .block_on(self.store.get_range(&path, offset..offset + len))
+            .block_on(self.store.get_range(&path, offset..end))
             .map_err(|e| Self::err("get-range", key, e))?;
         if bytes.len() as u64 != len {
             return Err(Error::corrupt(

@@ -119,10 +119,12 @@ impl S3Storage {
             // Content-named: whoever wrote it wrote the same bytes.
             Put::Exists | Put::Changed if cache::is_immutable(key) => Ok(PutOutcome::AlreadyExists),
             Put::Exists | Put::Changed => {
-                let mine = matches!(
-                    self.remote.get(key, body.len() as u64)?,
-                    Some((b, _)) if b == body
-                );
+                // Longer than ours (TooLarge) cannot be ours.
+                let mine = match self.remote.get(key, body.len() as u64) {
+                    Ok(Some((b, _))) => b == body,
+                    Ok(None) | Err(Error::TooLarge { .. }) => false,
+                    Err(e) => return Err(e),
+                };
                 Ok(if mine {
                     PutOutcome::Created
                 } else {
@@ -190,6 +192,13 @@ impl Storage for S3Storage {
             }
         }
         Ok(bytes.to_vec())
+    }
+
+    fn get_range_uncached(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if let Some(f) = self.cached(key, 0)? {
+            return read_range(&f, key, offset, len);
+        }
+        Ok(self.remote.get_range(key, offset, len)?.to_vec())
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
@@ -282,6 +291,7 @@ impl Storage for S3Storage {
     }
 
     fn delete_dir(&self, dir: &str) -> Result<()> {
+        super::check_scratch_dir(dir)?;
         if let Some(name) = dir.strip_prefix("staging/") {
             let local = self.scratch.join(name);
             match fs::remove_dir_all(&local) {
