@@ -49,8 +49,8 @@ print(sum(v for k, v in d.items() if k in ("get", "get_range", "head", "put", "l
 
 "$STRATA" "${LOCAL[@]}" init >/dev/null
 "$STRATA" "${S3[@]}" init >/dev/null
-commit_local=$(secs "$STRATA" "${LOCAL[@]}" commit --set b "$TREE")
-commit_s3=$(STRATA_REQUEST_STATS=1 secs "$STRATA" "${S3[@]}" commit --set b "$TREE")
+cold; commit_local=$(secs "$STRATA" "${LOCAL[@]}" commit --set b "$TREE")
+cold; commit_s3=$(STRATA_REQUEST_STATS=1 secs "$STRATA" "${S3[@]}" commit --set b "$TREE")
 commit_s3_req=$(grep -o 'requests: .*' "$WORK/err.out")
 "$STRATA" "${LOCAL[@]}" mount "$WORK/mnt-local" >/dev/null
 
@@ -67,7 +67,7 @@ run() { secs bash -c "${CMD[$1]//DIR/$2}"; }
 prime() { bash -c "${CMD[$1]//DIR/$2}" >/dev/null; }
 
 printf '# object-store benchmark, %s, %s cores, kernel %s\n\n' "$(date -u +%F)" "$(nproc)" "$(uname -r)" | tee "$RESULTS"
-printf 'tree: %s files, %s bytes; commit: local %s s, S3 %s s\n\n' \
+printf 'tree: %s files, %s bytes; commit (page cache dropped first): local %s s, S3 %s s\n\n' \
     "$(find "$TREE" -type f | wc -l)" "$(du -sb "$TREE" | cut -f1)" "$commit_local" "$commit_s3" | tee -a "$RESULTS"
 printf '| op | local cold | S3 empty cache | requests | S3 warm cache, cold kernel | requests | local warm | S3 warm |\n|---|---|---|---|---|---|---|---|\n' | tee -a "$RESULTS"
 for op in $OPS; do
