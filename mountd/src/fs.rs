@@ -563,6 +563,14 @@ impl StrataFs {
         self.verified_as(hasher, digest, what)
     }
 
+    fn mark_verified(&self, digest: [u8; 32]) {
+        self.verified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(digest);
+        self.stats.verified.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn verified_as(&self, hasher: blake3::Hasher, digest: [u8; 32], what: &str) -> Reply<()> {
         if hasher.finalize().as_bytes() != &digest {
             self.stats.verify_failures.fetch_add(1, Ordering::Relaxed);
@@ -572,11 +580,7 @@ impl StrataFs {
             );
             return Err(Errno::EIO);
         }
-        self.verified
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(digest);
-        self.stats.verified.fetch_add(1, Ordering::Relaxed);
+        self.mark_verified(digest);
         Ok(())
     }
 }
@@ -650,7 +654,13 @@ impl StrataFs {
                 FopenFlags::FOPEN_KEEP_CACHE,
             ));
         };
-        self.verify_standalone(&file, digest, what)?;
+        let just_verified =
+            self.verify == VerifyMode::FirstOpen && self.gens.store().storage().verified_copy(&key);
+        if just_verified {
+            self.mark_verified(digest);
+        } else {
+            self.verify_standalone(&file, digest, what)?;
+        }
         if self.passthrough {
             return Ok(Opened::Passthrough(file, digest));
         }

@@ -107,6 +107,12 @@ pub trait Storage: Send + Sync + Debug {
     /// `None` when the object is too large to keep locally (read it with
     /// [`Storage::get_range`]).
     fn open_file(&self, key: &str) -> Result<Option<File>>;
+    /// True when this process filled the local copy of `key` and hashed it
+    /// against its name while doing so (a first-open check need not hash
+    /// it again).
+    fn verified_copy(&self, _key: &str) -> bool {
+        false
+    }
     /// Local scratch directory for staging files of one owner.
     fn scratch_dir(&self, name: &str) -> Result<PathBuf>;
     /// Take the lease at `key`, waiting for it if `wait`. Without `wait`,

@@ -54,6 +54,8 @@ pub struct S3Storage {
     leases: Arc<LeaseTable>,
     cache: Cache,
     scratch: PathBuf,
+    /// Keys whose cached copy this process downloaded and verified.
+    filled: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl S3Storage {
@@ -67,6 +69,7 @@ impl S3Storage {
             cache: Cache::open(&opts.local_dir.join("cache"), opts.cache_bytes)?,
             remote,
             scratch,
+            filled: Default::default(),
         })
     }
 
@@ -92,6 +95,10 @@ impl S3Storage {
             return Err(e);
         }
         self.cache.admit(key, &tmp)?;
+        self.filled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key.to_string());
         Ok(self.cache.open_copy(key))
     }
 
@@ -309,6 +316,13 @@ impl Storage for S3Storage {
 
     fn open_file(&self, key: &str) -> Result<Option<File>> {
         self.cached(key, u64::MAX)
+    }
+
+    fn verified_copy(&self, key: &str) -> bool {
+        self.filled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(key)
     }
 
     fn scratch_dir(&self, name: &str) -> Result<PathBuf> {
