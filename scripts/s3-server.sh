@@ -20,7 +20,7 @@ stop)
         pid=$(cat "$dir/weed.pid")
         kill "$pid" 2>/dev/null || true
         for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$pid" 2>/dev/null || true
+        if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; sleep 0.5; fi
         rm -f "$dir/weed.pid"
     fi
     exit 0 ;;
@@ -41,6 +41,7 @@ setsid "$weed" mini -dir="$dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
 echo $! >"$dir/weed.pid"
 # Ready when the bucket exists and a create-exclusive PUT is answered 200.
 for _ in $(seq 1 120); do
+    kill -0 "$(cat "$dir/weed.pid")" 2>/dev/null || { echo "weed exited; see $dir/weed.log" >&2; exit 1; }
     curl -s -o /dev/null "${sig[@]}" -X PUT "$endpoint/$bucket" 2>/dev/null || true
     code=$(curl -s -o /dev/null -w '%{http_code}' "${sig[@]}" -X PUT -H 'If-None-Match: *' \
         --data-binary ready "$endpoint/$bucket/ready-$$-$RANDOM" 2>/dev/null || true)

@@ -564,11 +564,14 @@ impl StrataFs {
     }
 
     fn mark_verified(&self, digest: [u8; 32]) {
-        self.verified
+        let new = self
+            .verified
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(digest);
-        self.stats.verified.fetch_add(1, Ordering::Relaxed);
+        if new {
+            self.stats.verified.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn verified_as(&self, hasher: blake3::Hasher, digest: [u8; 32], what: &str) -> Reply<()> {

@@ -33,17 +33,20 @@ const MAX_TTL: Duration = Duration::from_secs(3600);
 
 /// The holder's clock: CLOCK_BOOTTIME, which keeps counting while the host
 /// is suspended, so a holder that slept through its ttl knows it.
-fn boottime() -> Duration {
+/// `None` if the clock cannot be read (a lease then counts as stale).
+fn boottime() -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    Duration::new(
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return None;
+    }
+    Some(Duration::new(
         ts.tv_sec.max(0) as u64,
         ts.tv_nsec.clamp(0, 999_999_999) as u32,
-    )
+    ))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -94,7 +97,7 @@ struct Held {
 
 impl Held {
     fn age(&self) -> Duration {
-        boottime().saturating_sub(self.sent)
+        boottime().map_or(Duration::MAX, |now| now.saturating_sub(self.sent))
     }
 }
 
@@ -130,6 +133,7 @@ enum Verdict {
 impl LeaseTable {
     /// A table whose renewals run on a thread that ends with the table.
     pub(crate) fn start(remote: Arc<Remote>, ttl: Duration) -> Arc<LeaseTable> {
+        let ttl = ttl.min(MAX_TTL);
         let table = Arc::new(LeaseTable {
             remote,
             ttl,
@@ -248,7 +252,7 @@ impl LeaseTable {
             None => PutMode::Create,
             Some((_, v)) => PutMode::Update(v),
         };
-        let sent = boottime();
+        let sent = boottime().unwrap_or_default();
         let version = match self.remote.put(key, body.encode(), mode)? {
             Put::Done(v) => v,
             Put::Exists | Put::Changed => match self.remote.get(key, MAX_LEASE_BYTES)? {
@@ -347,7 +351,7 @@ impl LeaseTable {
         let next = h.body.next(false);
         let sent = match h.pending {
             Some((counter, sent)) if counter == next.counter => sent,
-            _ => boottime(),
+            _ => boottime().unwrap_or_default(),
         };
         h.pending = Some((next.counter, sent));
         let confirmed =

@@ -90,9 +90,9 @@ impl StoreArgs {
             (None, Some(s)) => parse_duration(&s).map_err(Error::Invalid)?,
             (None, None) => DEFAULT_LEASE_TTL,
         };
-        if lease_ttl < Duration::from_millis(200) {
+        if lease_ttl < Duration::from_millis(200) || lease_ttl > Duration::from_secs(3600) {
             return Err(Error::Invalid(format!(
-                "--lease-ttl must be at least 200ms: lease_ttl={lease_ttl:?}"
+                "--lease-ttl must be between 200ms and 1h: lease_ttl={lease_ttl:?}"
             )));
         }
         Ok(Location::S3(S3Options {
