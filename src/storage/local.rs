@@ -289,27 +289,7 @@ impl Storage for LocalStorage {
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let path = self.path(key);
         let f = File::open(&path).map_err(|e| not_found_or_io(e, key, &path))?;
-        let size = f.metadata().ctx("stat", &path)?.len();
-        if offset.checked_add(len).is_none_or(|end| end > size) {
-            return Err(Error::corrupt(
-                "object",
-                key,
-                format!("range past the end: offset={offset} len={len} size={size}"),
-            ));
-        }
-        let mut buf = vec![0u8; len as usize];
-        f.read_exact_at(&mut buf, offset).map_err(|e| {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                Error::corrupt(
-                    "object",
-                    key,
-                    format!("short read: offset={offset} len={len}"),
-                )
-            } else {
-                Error::io("pread", &path, e)
-            }
-        })?;
-        Ok(buf)
+        read_range(&f, key, &path, offset, len)
     }
 
     fn size(&self, key: &str) -> Result<Option<u64>> {
@@ -497,4 +477,36 @@ fn not_found_or_io(e: io::Error, key: &str, path: &Path) -> Error {
     } else {
         Error::io("open", path, e)
     }
+}
+
+/// `len` bytes at `offset` of an open object file; a range past its end, or
+/// a file that shrinks under the read, is corruption of `key`.
+pub(crate) fn read_range(
+    f: &File,
+    key: &str,
+    path: &Path,
+    offset: u64,
+    len: u64,
+) -> Result<Vec<u8>> {
+    let size = f.metadata().ctx("stat", path)?.len();
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(Error::corrupt(
+            "object",
+            key,
+            format!("range past the end: offset={offset} len={len} size={size}"),
+        ));
+    }
+    let mut buf = vec![0u8; len as usize];
+    f.read_exact_at(&mut buf, offset).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            Error::corrupt(
+                "object",
+                key,
+                format!("short read: offset={offset} len={len}"),
+            )
+        } else {
+            Error::io("pread", path, e)
+        }
+    })?;
+    Ok(buf)
 }

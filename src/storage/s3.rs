@@ -164,18 +164,7 @@ fn read_all(file: &File, key: &str, limit: u64) -> Result<Vec<u8>> {
 }
 
 fn read_range(file: &File, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-    let size = file.metadata().ctx("stat", key)?.len();
-    if offset.checked_add(len).is_none_or(|end| end > size) {
-        return Err(Error::corrupt(
-            "object",
-            key,
-            format!("range past the end: offset={offset} len={len} size={size}"),
-        ));
-    }
-    let mut buf = vec![0u8; len as usize];
-    file.read_exact_at(&mut buf, offset)
-        .ctx("read-cache", key)?;
-    Ok(buf)
+    super::local::read_range(file, key, Path::new(key), offset, len)
 }
 
 impl Storage for S3Storage {
