@@ -36,6 +36,7 @@ use crate::format::segment::SegmentWriter;
 use crate::identity::IdentityHasher;
 use crate::index::GenIndex;
 use crate::row::{BlobLoc, Kind, Row};
+use crate::storage::fence;
 use crate::store::{keys, Store};
 use crate::task::{
     Bounds, SourceRep, Target, TaskRecord, TaskState, Tasks, MAX_ATTEMPTS, TASK_TAG, TASK_VERSION,
@@ -435,11 +436,15 @@ fn run(store: &Store, claimed: &TaskRecord, staging: &Staging) -> Result<TaskRec
         base: None,
         state: State::Prepared,
     };
-    crate::publish::check_leases(&[staging.owner()])?;
-    let prepared = index.prepare_rep(generation, source, rep, &claimed.id)?;
+    let prepared = {
+        let _fence = fence::enter(&[staging.owner()])?;
+        index.prepare_rep(generation, source, rep, &claimed.id)?
+    };
     fp.hit(Step::RepPrepared)?;
-    crate::publish::check_leases(&[staging.owner()])?;
-    index.commit_rep(&prepared, &output)?;
+    {
+        let _fence = fence::enter(&[staging.owner()])?;
+        index.commit_rep(&prepared, &output)?;
+    }
     fp.hit(Step::RepCommitted)?;
     drop(view);
     fp.hit(Step::ProtectionTransferred)?;

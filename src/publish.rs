@@ -23,6 +23,7 @@ use crate::identity::IdentityHasher;
 use crate::index::GenIndex;
 use crate::row::{BlobLoc, Kind, Row};
 use crate::spill::{SortBudget, Sorter};
+use crate::storage::fence;
 use crate::storage::Lease;
 use crate::store::{keys, Store};
 use serde::Serialize;
@@ -391,11 +392,6 @@ fn merge(input: &PublishInput<'_>, kind: RepKind, journal: crate::spill::Sorted)
     })
 }
 
-/// Fencing: a publication stops if any lease it runs under may be lost.
-pub(crate) fn check_leases(leases: &[&dyn Lease]) -> Result<()> {
-    leases.iter().try_for_each(|l| l.check())
-}
-
 fn commit_merged(
     input: &PublishInput<'_>,
     kind: RepKind,
@@ -420,11 +416,15 @@ fn commit_merged(
         .put_if_absent(&keys::manifest(&name), &bytes)?;
     fp.hit(Step::ManifestWritten)?;
     let index = GenIndex::new(store, input.set);
-    check_leases(input.leases)?;
-    let prepared = index.prepare(index_record(input, &manifest, &name))?;
+    let prepared = {
+        let _fence = fence::enter(input.leases)?;
+        index.prepare(index_record(input, &manifest, &name))?
+    };
     fp.hit(Step::Prepared)?;
-    check_leases(input.leases)?;
-    index.commit(&prepared)?;
+    {
+        let _fence = fence::enter(input.leases)?;
+        index.commit(&prepared)?;
+    }
     fp.hit(Step::Committed)?;
     let warnings = match index.advance_hint(input.generation) {
         Ok(()) => Vec::new(),

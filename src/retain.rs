@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::format::parse_versioned;
 use crate::format::record::{IndexRecord, State};
 use crate::index::GenIndex;
+use crate::storage::fence;
 use crate::storage::{CasOutcome, Lease, TryLease};
 use crate::store::{check_set_name, Store};
 use serde::{Deserialize, Serialize};
@@ -241,7 +242,7 @@ pub fn apply(store: &Store, plan: &Plan, owner: &str) -> Result<Vec<u64>> {
         if tagged.contains(g) {
             continue;
         }
-        _lock.check()?;
+        let _fence = fence::enter(&[&*_lock])?;
         match index.retire(decided, owner) {
             Ok(_) => retired.push(*g),
             Err(e) if e.kind() == crate::error::ErrorKind::Conflict => {}

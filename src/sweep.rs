@@ -35,6 +35,7 @@ use crate::format::manifest::{Manifest, RepKind, MAX_MANIFEST_BYTES};
 use crate::format::record::{IndexRecord, State, MAX_RECORD_BYTES};
 use crate::residue::LeaseInfo;
 use crate::row::BlobLoc;
+use crate::storage::fence;
 use crate::storage::{LeaseState, PutOutcome, TryLease};
 use crate::store::{keys, Store};
 use serde::Serialize;
@@ -956,9 +957,9 @@ fn delete(
         marks
             .roots(store)
             .map_err(|e| root_unreadable(e, "re-mark before deleting"))?;
-        sweeper.check()?;
-        _deleting.check()?;
+        let fence = fence::enter(&[sweeper, &*_deleting])?;
         next = delete_batch(store, marks, deletable, next, report)?;
+        drop(fence);
         drop(_deleting);
         store.failpoints().hit(Step::BatchDeleted)?;
         std::thread::sleep(BATCH_PAUSE);

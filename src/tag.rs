@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::format::parse_versioned;
 use crate::format::record::State;
 use crate::index::GenIndex;
+use crate::storage::fence;
 use crate::storage::PutOutcome;
 use crate::store::{keys, Store};
 use serde::{Deserialize, Serialize};
@@ -77,12 +78,13 @@ pub fn tag(store: &Store, set: &str, name: &str, generation: Option<u64>) -> Res
         created_ns: crate::token::now_ns(),
     };
     let bytes = serde_json::to_vec(&t).map_err(|e| Error::Internal(e.to_string()))?;
-    _lock.check()?;
-    if store
-        .storage()
-        .put_if_absent(&keys::tag(set, name), &bytes)?
-        == PutOutcome::Created
-    {
+    let created = {
+        let _fence = fence::enter(&[&*_lock])?;
+        store
+            .storage()
+            .put_if_absent(&keys::tag(set, name), &bytes)?
+    };
+    if created == PutOutcome::Created {
         return Ok(t.generation);
     }
     let existing = load(store, set, name)?;

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use strata::storage::{CasOutcome, PutOutcome, S3Storage, Storage};
+use strata::storage::{fence, CasOutcome, PutOutcome, S3Storage, Storage, TryLease};
 
 fn strata(dir: &Path, local: &Path, args: &[&str]) -> Output {
     Command::new(bin())
@@ -304,7 +304,12 @@ struct Faults {
     denied: AtomicU32,
     /// While nonzero, refuse connections: a server that is down.
     down: AtomicU32,
+    /// While nonzero, hold every chunk a client sends for [`STALL`], and
+    /// drop it if the client gave up meanwhile: a stalled network.
+    stall: AtomicU32,
 }
+
+const STALL: Duration = Duration::from_secs(3);
 
 /// A TCP proxy in front of the test server that injects faults.
 fn fault_proxy(faults: Arc<Faults>) -> String {
@@ -353,7 +358,7 @@ fn take(n: &AtomicU32) -> bool {
         .is_ok()
 }
 
-fn serve(mut client: TcpStream, upstream: &str, f: &Faults) {
+fn serve(mut client: TcpStream, upstream: &str, f: &Arc<Faults>) {
     let reply = |client: &mut TcpStream, status: &str| {
         let mut buf = [0u8; 4096];
         let _ = client.read(&mut buf);
@@ -378,15 +383,45 @@ fn serve(mut client: TcpStream, upstream: &str, f: &Faults) {
     let Ok(server) = TcpStream::connect(upstream) else {
         return;
     };
-    let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    let up = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut c2, &mut s2);
-        let _ = s2.shutdown(std::net::Shutdown::Write);
-    });
+    let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let f2 = f.clone();
+    let up = std::thread::spawn(move || pump(c2, s2, &f2));
     let (mut s, mut c) = (server, client);
     let _ = std::io::copy(&mut s, &mut c);
     let _ = c.shutdown(std::net::Shutdown::Both);
     let _ = up.join();
+}
+
+/// Client to server, through a network that may stall.
+fn pump(mut from: TcpStream, mut to: TcpStream, f: &Faults) {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if f.stall.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(STALL);
+            if gave_up(&from) {
+                break;
+            }
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// Whether the peer closed its side (nothing more to read, end of stream).
+fn gave_up(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let closed = match s.peek(&mut [0u8; 1]) {
+        Ok(n) => n == 0,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    s.set_nonblocking(false).unwrap();
+    closed
 }
 
 fn via(proxy: &str, dir: &Path, local: &Path, args: &[&str]) -> Output {
@@ -483,6 +518,41 @@ fn injected_network_faults_are_retried_or_fail_cleanly() {
         &["commit", "--set", "n", src.to_str().unwrap()],
     ));
     assert_eq!(snapshot_gen(&store, "n", None), snapshot_dir(&src));
+}
+
+#[test]
+fn a_write_past_its_lease_fence_is_abandoned_not_sent_late() {
+    let t = tempfile::tempdir().unwrap();
+    let faults = Arc::new(Faults::default());
+    let mut o = s3_options(&t.path().join("store"));
+    o.endpoint.url = Some(fault_proxy(faults.clone()));
+    o.local_dir = t.path().join("host");
+    let storage = S3Storage::open(&o).unwrap();
+    let TryLease::Acquired(lease) = storage.lease("locks/fence-test", "test", false).unwrap() else {
+        panic!("a fresh lease is free");
+    };
+
+    // Under the fence, a write held up by the network past the lease's
+    // deadline is given up with `Fenced`, and never reaches the server.
+    faults.stall.store(1, Ordering::SeqCst);
+    let fenced = {
+        let _fence = fence::enter(&[&*lease]).unwrap();
+        storage.put_if_absent("test/late", b"late").unwrap_err()
+    };
+    assert!(
+        matches!(fenced, strata::Error::Fenced { ref key } if key == "locks/fence-test"),
+        "{fenced:?}"
+    );
+    std::thread::sleep(STALL * 2);
+    faults.stall.store(0, Ordering::SeqCst);
+    assert_eq!(storage.size("test/late").unwrap(), None);
+
+    // Without a fence the same stalled write waits and lands.
+    faults.stall.store(1, Ordering::SeqCst);
+    let landed = storage.put_if_absent("test/late", b"late").unwrap();
+    faults.stall.store(0, Ordering::SeqCst);
+    assert_eq!(landed, PutOutcome::Created);
+    assert_eq!(storage.get("test/late", 100).unwrap(), b"late");
 }
 
 fn mount(st: &Path, local: &Path, point: &Path) {

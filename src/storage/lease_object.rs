@@ -8,13 +8,19 @@
 //! monotonic clock (no clocks are compared across machines), and takes it
 //! over with the same conditional PUT. A released lease is free at once.
 //!
+//! Renewals never hold a lease's state across a request: each is one
+//! attempt bounded by a quarter ttl, all held leases renewed at once.
+//!
 //! Fencing: a holder measures from the moment it *sent* its last successful
-//! renewal, on CLOCK_BOOTTIME (which counts a suspended host's sleep). Past 3/4 of the ttl without one it may have been taken over, so
-//! [`Lease::check`] renews synchronously and fails with `Fenced` if that no
-//! longer succeeds; publications call it right before their index writes.
+//! renewal, on CLOCK_BOOTTIME (which counts a suspended host's sleep). No
+//! one takes the lease over before that moment plus a ttl. Past half the
+//! ttl without a confirmed renewal, [`Lease::check`] renews synchronously
+//! and fails with `Fenced` if that does not succeed; otherwise it answers
+//! the deadline (7/8 of the ttl after that moment) that the caller puts up
+//! as a [`super::fence`] around its writes.
 
 use super::remote::{Put, Remote};
-use super::{Lease, LeaseState, TryLease};
+use super::{fence, Lease, LeaseState, TryLease};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use object_store::{PutMode, UpdateVersion};
@@ -30,6 +36,8 @@ const MAX_LEASE_BYTES: u64 = 64 << 10;
 /// A lease body's ttl is believed up to this long (a larger one would make
 /// a dead holder's lease undecidable).
 const MAX_TTL: Duration = Duration::from_secs(3600);
+/// Leases renewed at once by the renewal thread.
+const RENEW_PARALLEL: usize = 16;
 
 /// The holder's clock: CLOCK_BOOTTIME, which keeps counting while the host
 /// is suspended, so a holder that slept through its ttl knows it.
@@ -99,10 +107,55 @@ impl Held {
     fn age(&self) -> Duration {
         boottime().map_or(Duration::MAX, |now| now.saturating_sub(self.sent))
     }
+
+    /// A renewal, or the release, to send now: the body, the version it
+    /// replaces, and when this counter was first sent.
+    fn attempt(&mut self, released: bool) -> (Body, UpdateVersion, Duration) {
+        let next = self.body.next(released);
+        let sent = match self.pending {
+            Some((counter, sent)) if counter == next.counter => sent,
+            _ => boottime().unwrap_or_default(),
+        };
+        self.pending = Some((next.counter, sent));
+        (next, self.version.clone(), sent)
+    }
+
+    /// The outcome of a write of `next` over `from`, sent at `sent`; an
+    /// outcome about a version this state has already moved past is stale.
+    fn settle(&mut self, from: &UpdateVersion, next: Body, sent: Duration, outcome: Outcome) {
+        if self.version != *from {
+            return;
+        }
+        match outcome {
+            Outcome::Confirmed(version) => {
+                self.body = next;
+                self.version = version;
+                self.sent = sent;
+                self.pending = None;
+            }
+            Outcome::Ours(body, version) => {
+                self.body = body;
+                self.version = version;
+            }
+            Outcome::Lost => self.lost = true,
+            Outcome::Unknown => {}
+        }
+    }
 }
 
-/// A held lease by key: the holder text (readable without waiting on the
-/// lease's own mutex, which renewals hold across requests) and its state.
+/// What became of one conditional write to a held lease.
+enum Outcome {
+    Confirmed(UpdateVersion),
+    /// Not this write, but the object still carries our token (an earlier
+    /// write of ours whose answer was lost): adopt it and write again.
+    Ours(Body, UpdateVersion),
+    /// Someone else wrote or removed the lease.
+    Lost,
+    /// No answer: the lease stays stale until a renewal is confirmed.
+    Unknown,
+}
+
+/// A held lease by key: the holder text and its state.
 type HeldEntry = (String, Arc<Mutex<Held>>);
 
 /// What this process last saw of someone else's lease.
@@ -340,53 +393,68 @@ impl LeaseTable {
         seen.get(key).map(|s| (s.token.clone(), s.counter))
     }
 
-    /// Renew one held lease now (conditional PUT, counter + 1). Only a
-    /// confirmed write by someone else loses it; after errors it stays
-    /// stale (and fenced by [`Lease::check`]) until a renewal succeeds.
+    /// Renew one held lease now: one conditional PUT of counter + 1,
+    /// bounded by a quarter ttl, without holding the lease's state across
+    /// it. Only a confirmed write by someone else loses the lease; after
+    /// other failures it stays stale (and fenced by [`Lease::check`]) until
+    /// a renewal is confirmed.
     fn renew(&self, key: &str, held: &Mutex<Held>) {
-        let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
-        if h.released || h.lost {
-            return;
-        }
-        let next = h.body.next(false);
-        let sent = match h.pending {
-            Some((counter, sent)) if counter == next.counter => sent,
-            _ => boottime().unwrap_or_default(),
+        let (next, from, sent) = {
+            let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
+            if h.released || h.lost {
+                return;
+            }
+            h.attempt(false)
         };
-        h.pending = Some((next.counter, sent));
-        let confirmed =
-            match self
-                .remote
-                .put(key, next.encode(), PutMode::Update(h.version.clone()))
-            {
-                Ok(Put::Done(v)) => Some(v),
-                Ok(Put::Exists | Put::Changed) => match self.remote.get(key, MAX_LEASE_BYTES) {
-                    // Our own renewal, whose first response was lost.
-                    Ok(Some((b, v))) if b == next.encode() => Some(v),
-                    Ok(_) => {
-                        h.lost = true;
-                        None
-                    }
-                    Err(_) => None,
-                },
-                Err(_) => None,
-            };
-        if let Some(v) = confirmed {
-            h.body = next;
-            h.version = v;
-            h.sent = sent;
-            h.pending = None;
+        let outcome = self.write_held(key, &next, &from);
+        let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
+        if !h.released {
+            h.settle(&from, next, sent, outcome);
         }
     }
 
+    /// One bounded conditional write of `next` over version `from`. When
+    /// the precondition fails, the lease is read back: our own `next` (an
+    /// earlier answer was lost) is confirmed, another body with our token
+    /// is adopted, anything else means the lease is lost.
+    fn write_held(&self, key: &str, next: &Body, from: &UpdateVersion) -> Outcome {
+        let _fence = fence::until(key, std::time::Instant::now() + self.ttl / 4);
+        let bytes = next.encode();
+        match self
+            .remote
+            .put(key, bytes.clone(), PutMode::Update(from.clone()))
+        {
+            Ok(Put::Done(v)) => Outcome::Confirmed(v),
+            Ok(Put::Exists | Put::Changed) => match self.remote.get(key, MAX_LEASE_BYTES) {
+                Ok(Some((b, v))) if b == bytes => Outcome::Confirmed(v),
+                Ok(Some((b, v))) => match Body::decode(key, &b) {
+                    Ok(body) if body.token == next.token && !body.released => {
+                        Outcome::Ours(body, v)
+                    }
+                    _ => Outcome::Lost,
+                },
+                Ok(None) => Outcome::Lost,
+                Err(_) => Outcome::Unknown,
+            },
+            Err(_) => Outcome::Unknown,
+        }
+    }
+
+    /// Mark the lease released and write that (best effort: a lease whose
+    /// release did not land is taken over after its ttl).
     fn release(&self, key: &str, held: &Mutex<Held>) {
         let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
         h.released = true;
-        if !h.lost {
-            let next = h.body.next(true);
-            let _ = self
-                .remote
-                .put(key, next.encode(), PutMode::Update(h.version.clone()));
+        let mut attempts = if h.lost { 0 } else { 2 };
+        while attempts > 0 {
+            attempts -= 1;
+            let (next, from, sent) = h.attempt(true);
+            let outcome = self.write_held(key, &next, &from);
+            let again = matches!(outcome, Outcome::Ours(..));
+            h.settle(&from, next, sent, outcome);
+            if !again {
+                break;
+            }
         }
         drop(h);
         let mut map = self.held.lock().unwrap_or_else(PoisonError::into_inner);
@@ -411,14 +479,21 @@ fn observed(body: &Body) -> Seen {
     }
 }
 
+/// Renew every held lease each period, up to [`RENEW_PARALLEL`] at once,
+/// so that one slow request does not make the others stale.
 fn renew_loop(table: Weak<LeaseTable>, every: Duration) {
     loop {
         std::thread::sleep(every);
         let Some(t) = table.upgrade() else {
             return;
         };
-        for (key, held) in t.held_now() {
-            t.renew(&key, &held);
+        for batch in t.held_now().chunks(RENEW_PARALLEL) {
+            std::thread::scope(|s| {
+                for (key, held) in batch {
+                    let t = &t;
+                    s.spawn(move || t.renew(key, held));
+                }
+            });
         }
     }
 }
@@ -436,22 +511,23 @@ impl Lease for ObjectLease {
         &self.key
     }
 
-    fn check(&self) -> Result<()> {
-        let limit = self.table.ttl * 3 / 4;
+    fn check(&self) -> Result<Option<Instant>> {
+        let ttl = self.table.ttl;
         let stale = {
             let h = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            h.lost || h.age() >= limit
+            h.lost || h.age() >= ttl / 2
         };
         if stale {
             self.table.renew(&self.key, &self.held);
         }
         let h = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if h.lost || h.age() >= limit {
+        let age = h.age();
+        if h.lost || h.released || age >= ttl / 2 {
             return Err(Error::Fenced {
                 key: self.key.clone(),
             });
         }
-        Ok(())
+        Ok(Some(Instant::now() + (ttl * 7 / 8).saturating_sub(age)))
     }
 }
 

@@ -8,6 +8,7 @@
 //! backend (an OS lock locally), never by a PID or a holder string.
 
 mod cache;
+pub mod fence;
 mod lease_object;
 mod local;
 mod location;
@@ -57,9 +58,12 @@ pub enum LeaseState {
 pub trait Lease: Send + Sync + Debug {
     fn key(&self) -> &str;
     /// Fail with `Fenced` if the lease may have been taken over (a remote
-    /// lease not renewed in time); called right before a publication.
-    fn check(&self) -> Result<()> {
-        Ok(())
+    /// lease not renewed in time); otherwise until when writes sent under it
+    /// still land before any takeover (`None`: it cannot be taken over).
+    /// Callers put the answer up as a fence ([`fence::enter`]) around the
+    /// writes it protects.
+    fn check(&self) -> Result<Option<std::time::Instant>> {
+        Ok(None)
     }
 }
 

@@ -4,9 +4,12 @@
 //! HTTP requests and of their failures into typed [`Error`]s. Nothing here
 //! decides protocol; [`super::s3`] composes these into the storage seam.
 //! Requests are retried by `object_store` (bounded backoff on 5xx and
-//! connection errors); a conditional write whose first response was lost is
-//! recognised by the caller reading its own bytes back.
+//! connection errors) and here; a conditional write whose first response
+//! was lost is recognised by the caller reading its own bytes back. While a
+//! [`fence`] is up on the calling thread, no request starts after its
+//! deadline and none in flight outlives it.
 
+use super::fence;
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -21,6 +24,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Objects at or above this size are fetched as parallel ranged GETs.
 pub(crate) const RANGED_PART: u64 = 8 << 20;
@@ -30,15 +34,20 @@ pub(crate) const RANGED_PART: u64 = 8 << 20;
 const RETRIES: u32 = 6;
 
 /// Run `f`, again after 100 ms, 200 ms, ... 3.2 s while it fails
-/// transiently; other outcomes (including not-found and 403) are final.
+/// transiently; other outcomes (including not-found and 403) are final. No
+/// attempt starts past the deadline of the thread's fence.
 fn again<T>(f: impl Fn() -> Result<T>) -> Result<T> {
+    let fence = fence::current();
     let mut attempt = 0;
     loop {
+        if let Some(a) = &fence {
+            a.check()?;
+        }
         match f() {
             Err(Error::Remote {
                 transient: true, ..
             }) if attempt < RETRIES => {
-                std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
+                std::thread::sleep(Duration::from_millis(100 << attempt));
                 attempt += 1;
             }
             r => return r,
@@ -80,16 +89,14 @@ impl Endpoint {
     }
 }
 
-/// Whether a failed request may succeed when sent again: transport errors
-/// and 5xx, 408 and 429 answers are; other 4xx answers (denied, malformed)
-/// and configuration errors are not. The client keeps its status codes
-/// private, so the answer is read from the error's text.
+/// Whether a failed request may succeed when sent again: an answer of
+/// 5xx (but 501 and 505, which will not change), 408 or 429, and a request
+/// that got no answer at all (connection refused or cut, timeout) are; every
+/// other answer (denied, malformed, unauthenticated) and configuration
+/// errors are not. The client keeps its status codes private, so the code
+/// is read from the error's text.
 fn is_transient(e: &object_store::Error) -> bool {
-    use object_store::Error as E;
-    if matches!(
-        e,
-        E::InvalidPath { .. } | E::NotSupported { .. } | E::NotImplemented { .. }
-    ) {
+    if !matches!(e, object_store::Error::Generic { .. }) {
         return false;
     }
     let mut text = e.to_string();
@@ -98,10 +105,11 @@ fn is_transient(e: &object_store::Error) -> bool {
         text.push_str(&s.to_string());
         source = s.source();
     }
-    match text.find("status code: 4") {
+    match text.find("status code: ") {
         Some(i) => {
             let code = text.get(i + 13..i + 16).unwrap_or("");
-            code == "408" || code == "429"
+            matches!(code, "408" | "429")
+                || (code.starts_with('5') && !matches!(code, "501" | "505"))
         }
         None => true,
     }
@@ -191,7 +199,11 @@ impl Remote {
             .or_else(|| std::env::var("AWS_REGION").ok())
             .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
             .unwrap_or_else(|| "us-east-1".into());
-        b = b.with_region(region);
+        b = b.with_region(region).with_retry(object_store::RetryConfig {
+            backoff: object_store::BackoffConfig::default(),
+            max_retries: 3,
+            retry_timeout: Duration::from_secs(20),
+        });
         let store = b.build().map_err(|e| Error::Remote {
             op: "configure",
             key: format!("s3://{}", ep.bucket),
@@ -226,6 +238,18 @@ impl Remote {
         }
     }
 
+    /// Run one request to completion; under a fence, only until its
+    /// deadline (then the request is abandoned and the answer is `Fenced`).
+    fn block<T>(&self, request: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let Some(fence) = fence::current() else {
+            return self.rt.block_on(request);
+        };
+        let left = fence.deadline.saturating_duration_since(Instant::now());
+        self.rt
+            .block_on(async { tokio::time::timeout(left, request).await })
+            .unwrap_or_else(|_| Err(fence.fenced()))
+    }
+
     fn err(op: &'static str, key: &str, e: object_store::Error) -> Error {
         match e {
             object_store::Error::NotFound { .. } => Error::NotFound {
@@ -249,7 +273,7 @@ impl Remote {
     fn get_once(&self, key: &str, limit: u64) -> Result<Option<(Bytes, UpdateVersion)>> {
         let path = self.path(key);
         Counts::bump(&self.counts.get);
-        self.rt.block_on(async {
+        self.block(async {
             let r = match self.store.get_opts(&path, GetOptions::default()).await {
                 Ok(r) => r,
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -285,10 +309,12 @@ impl Remote {
                 format!("range overflows: offset={offset} len={len}"),
             )
         })?;
-        let bytes = self
-            .rt
-            .block_on(self.store.get_range(&path, offset..end))
-            .map_err(|e| Self::err("get-range", key, e))?;
+        let bytes = self.block(async {
+            self.store
+                .get_range(&path, offset..end)
+                .await
+                .map_err(|e| Self::err("get-range", key, e))
+        })?;
         if bytes.len() as u64 != len {
             return Err(Error::corrupt(
                 "object",
@@ -308,7 +334,7 @@ impl Remote {
                 (start, (start + RANGED_PART).min(size))
             })
             .collect();
-        self.rt.block_on(async {
+        self.block(async {
             futures::stream::iter(parts)
                 .map(|(start, end)| {
                     let store = self.store.clone();
@@ -335,11 +361,13 @@ impl Remote {
 
     fn head_once(&self, key: &str) -> Result<Option<u64>> {
         Counts::bump(&self.counts.head);
-        match self.rt.block_on(self.store.head(&self.path(key))) {
-            Ok(m) => Ok(Some(m.size)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(Self::err("head", key, e)),
-        }
+        self.block(async {
+            match self.store.head(&self.path(key)).await {
+                Ok(m) => Ok(Some(m.size)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(Self::err("head", key, e)),
+            }
+        })
     }
 
     /// One PUT. Conditional PUTs are not retried by the client when a
@@ -357,16 +385,15 @@ impl Remote {
             ..Default::default()
         };
         let payload = PutPayload::from_bytes(body);
-        match self
-            .rt
-            .block_on(self.store.put_opts(&self.path(key), payload, opts))
-        {
-            Ok(r) => Ok(Put::Done(r.into())),
-            Err(object_store::Error::AlreadyExists { .. }) => Ok(Put::Exists),
-            Err(object_store::Error::Precondition { .. })
-            | Err(object_store::Error::NotFound { .. }) => Ok(Put::Changed),
-            Err(e) => Err(Self::err("put", key, e)),
-        }
+        self.block(async {
+            match self.store.put_opts(&self.path(key), payload, opts).await {
+                Ok(r) => Ok(Put::Done(r.into())),
+                Err(object_store::Error::AlreadyExists { .. }) => Ok(Put::Exists),
+                Err(object_store::Error::Precondition { .. })
+                | Err(object_store::Error::NotFound { .. }) => Ok(Put::Changed),
+                Err(e) => Err(Self::err("put", key, e)),
+            }
+        })
     }
 
     /// Upload a large local file in parts (only for content-named objects:
@@ -375,7 +402,7 @@ impl Remote {
         let path = self.path(key);
         let f = File::open(file).map_err(|e| Error::io("open", file, e))?;
         let size = f.metadata().map_err(|e| Error::io("stat", file, e))?.len();
-        self.rt.block_on(async {
+        self.block(async {
             let upload = self
                 .store
                 .put_multipart(&path)
@@ -410,10 +437,12 @@ impl Remote {
 
     fn list_once(&self, dir: &str) -> Result<Listing> {
         Counts::bump(&self.counts.list);
-        let r = self
-            .rt
-            .block_on(self.store.list_with_delimiter(Some(&self.path(dir))))
-            .map_err(|e| Self::err("list", dir, e))?;
+        let r = self.block(async {
+            self.store
+                .list_with_delimiter(Some(&self.path(dir)))
+                .await
+                .map_err(|e| Self::err("list", dir, e))
+        })?;
         let last = |p: &ObjPath| p.filename().map(str::to_string);
         let dirs = r.common_prefixes.iter().filter_map(last).collect();
         let objects = r
@@ -430,16 +459,18 @@ impl Remote {
 
     fn delete_once(&self, key: &str) -> Result<()> {
         Counts::bump(&self.counts.delete);
-        match self.rt.block_on(self.store.delete(&self.path(key))) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(Self::err("delete", key, e)),
-        }
+        self.block(async {
+            match self.store.delete(&self.path(key)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(Self::err("delete", key, e)),
+            }
+        })
     }
 
     /// Delete every object whose name starts with `dir/`.
     pub(crate) fn delete_prefix(&self, dir: &str) -> Result<()> {
         let prefix = self.path(dir);
-        self.rt.block_on(async {
+        self.block(async {
             let names = self
                 .store
                 .list(Some(&prefix))
