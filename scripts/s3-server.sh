@@ -47,7 +47,7 @@ for _ in $(seq 1 120); do
         --data-binary ready "$endpoint/$bucket/ready-$$-$RANDOM" 2>/dev/null || true)
     if [ "$code" = 200 ]; then
         echo "export AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
-        echo "export STRATA_TEST_S3_ENDPOINT=$endpoint STRATA_TEST_S3_BUCKET=$bucket"
+        echo "export STRATA_TEST_S3_ENDPOINT=$endpoint STRATA_TEST_S3_BUCKET=$bucket STRATA_TEST_S3_DIR=$(cd "$dir" && pwd)"
         exit 0
     fi
     sleep 0.5

@@ -1,6 +1,7 @@
 //! The store on an S3-compatible server (SeaweedFS, started by
 //! scripts/test.sh): conditional writes, racing committers, fencing of a
-//! paused writer, corruption caught through the verified cache, injected
+//! paused writer, a write past its fence, corruption caught through the
+//! verified cache, injected
 //! network faults, and two mount daemons with a materializer and a sweeper
 //! on one store. Each test uses its own prefix; "hosts" are processes with
 //! their own local (cache) directories.
@@ -14,16 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use strata::storage::{fence, CasOutcome, PutOutcome, S3Storage, Storage, TryLease};
-
-fn strata(dir: &Path, local: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(s3_flags(dir, local))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn storage_at(dir: &Path, local: &Path) -> S3Storage {
     let mut o = s3_options(dir);
@@ -141,30 +134,12 @@ fn eight_concurrent_committers_land_as_distinct_generations_or_conflict() {
     }
     seen.sort();
     assert_eq!(seen, landed, "no generation lost or duplicated");
-    let log = ok(&strata(
+    let log = ok(&strata_s3(
         &st,
         &t.path().join("h"),
         &["log", "--set", "race", "--json"],
     ));
     assert_eq!(log.matches("\"generation\"").count(), landed.len(), "{log}");
-}
-
-fn wait_stopped(child: &Child) {
-    let stat = format!("/proc/{}/stat", child.id());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let s = std::fs::read_to_string(&stat).unwrap_or_default();
-        let state = s.rsplit(')').next().unwrap_or("").trim_start();
-        if state.starts_with('T') {
-            return;
-        }
-        assert!(
-            !state.starts_with('Z'),
-            "the committer exited before its pause"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("the committer never reached its pause");
 }
 
 #[test]
@@ -189,12 +164,12 @@ fn a_paused_committer_is_fenced_and_its_staging_reclaimed() {
     std::thread::sleep(S3_LEASE_TTL * 2);
     // Another host takes the writer lease over once it saw it unrenewed
     // for a whole ttl, and publishes.
-    ok(&strata(
+    ok(&strata_s3(
         &st,
         &t.path().join("host-b"),
         &["commit", "--set", "s", b.to_str().unwrap()],
     ));
-    let sweep = ok(&strata(
+    let sweep = ok(&strata_s3(
         &st,
         &t.path().join("host-c"),
         &["sweep", "--grace", "0s", "--json"],
@@ -221,12 +196,11 @@ fn a_paused_committer_is_fenced_and_its_staging_reclaimed() {
         .unwrap()
         .unwrap();
     assert_eq!(latest.generation, 1, "the fenced writer published nothing");
-    ok(&strata(&st, &t.path().join("host-d"), &["verify", "--all"]));
-}
-
-fn nix_kill(pid: u32, sig: i32) {
-    // SAFETY: signalling a child we spawned.
-    unsafe { libc::kill(pid as i32, sig) };
+    ok(&strata_s3(
+        &st,
+        &t.path().join("host-d"),
+        &["verify", "--all"],
+    ));
 }
 
 #[test]
@@ -253,14 +227,14 @@ fn corruption_on_the_server_is_caught_through_a_fresh_cache() {
     bytes[12345] ^= 0x40;
     overwrite(&st, &blobs[0], bytes);
     let fresh = t.path().join("fresh-host");
-    let out = strata(&st, &fresh, &["cat", "--set", "c", "big"]);
+    let out = strata_s3(&st, &fresh, &["cat", "--set", "c", "big"]);
     assert_eq!(
         out.status.code(),
         Some(3),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = strata(&st, &fresh, &["verify", "--all"]);
+    let out = strata_s3(&st, &fresh, &["verify", "--all"]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stdout).contains(&blobs[0][9..])
@@ -510,7 +484,7 @@ fn injected_network_faults_are_retried_or_fail_cleanly() {
         .unwrap()
         .unwrap();
     assert_eq!(latest.generation, 2);
-    ok(&strata(&st, &t.path().join("v"), &["verify", "--all"]));
+    ok(&strata_s3(&st, &t.path().join("v"), &["verify", "--all"]));
     ok(&via(
         &proxy,
         &st,
@@ -528,7 +502,8 @@ fn a_write_past_its_lease_fence_is_abandoned_not_sent_late() {
     o.endpoint.url = Some(fault_proxy(faults.clone()));
     o.local_dir = t.path().join("host");
     let storage = S3Storage::open(&o).unwrap();
-    let TryLease::Acquired(lease) = storage.lease("locks/fence-test", "test", false).unwrap() else {
+    let TryLease::Acquired(lease) = storage.lease("locks/fence-test", "test", false).unwrap()
+    else {
         panic!("a fresh lease is free");
     };
 
@@ -555,28 +530,6 @@ fn a_write_past_its_lease_fence_is_abandoned_not_sent_late() {
     assert_eq!(storage.get("test/late", 100).unwrap(), b"late");
 }
 
-fn mount(st: &Path, local: &Path, point: &Path) {
-    std::fs::create_dir_all(point).unwrap();
-    ok(&strata(
-        st,
-        local,
-        &[
-            "mount",
-            point.to_str().unwrap(),
-            "--no-materialize",
-            "--sweep-every",
-            "0s",
-        ],
-    ));
-}
-
-fn unmount(point: &Path) {
-    let _ = Command::new(bin())
-        .args(["unmount", "--lazy"])
-        .arg(point)
-        .output();
-}
-
 #[test]
 fn two_mounts_a_materializer_and_a_sweeper_keep_what_readers_hold() {
     let t = tempfile::tempdir().unwrap();
@@ -595,15 +548,15 @@ fn two_mounts_a_materializer_and_a_sweeper_keep_what_readers_hold() {
         }
         write(&src, "big", &noise(g as u64, 2 << 20));
         settle();
-        ok(&strata(
+        ok(&strata_s3(
             &st,
             &committer,
             &["commit", "--set", "s", src.to_str().unwrap()],
         ));
         copy_tree(&src, want);
         if g == 0 {
-            mount(&st, &t.path().join("host-a"), &t.path().join("ma"));
-            mount(&st, &t.path().join("host-b"), &t.path().join("mb"));
+            s3_mount(&st, &t.path().join("host-a"), &t.path().join("ma"));
+            s3_mount(&st, &t.path().join("host-b"), &t.path().join("mb"));
         }
     }
     let (ma, mb) = (t.path().join("ma/s"), t.path().join("mb/s"));
@@ -615,20 +568,20 @@ fn two_mounts_a_materializer_and_a_sweeper_keep_what_readers_hold() {
         .current_dir(mb.join("gens/2/d1"))
         .spawn()
         .unwrap();
-    ok(&strata(
+    ok(&strata_s3(
         &st,
         &t.path().join("materializer"),
         &["materialize", "--set", "s", "--wait"],
     ));
-    ok(&strata(
+    ok(&strata_s3(
         &st,
         &committer,
         &["retain", "--set", "s", "--keep-last", "1"],
     ));
     let sweeper = t.path().join("sweeper");
-    ok(&strata(&st, &sweeper, &["sweep", "--grace", "0s"]));
+    ok(&strata_s3(&st, &sweeper, &["sweep", "--grace", "0s"]));
     std::thread::sleep(S3_LEASE_TTL * (strata::sweep::REMOTE_GRACE_TTLS + 1));
-    let report = ok(&strata(
+    let report = ok(&strata_s3(
         &st,
         &sweeper,
         &["sweep", "--grace", "0s", "--json"],
@@ -680,7 +633,7 @@ fn two_mounts_a_materializer_and_a_sweeper_keep_what_readers_hold() {
             g + 1
         );
     }
-    ok(&strata(
+    ok(&strata_s3(
         &st,
         &t.path().join("verifier"),
         &["verify", "--all"],
@@ -710,7 +663,7 @@ fn a_blob_too_large_for_the_cache_is_served_by_ranged_reads() {
     settle();
     new_s3_store(&st);
     let host = t.path().join("host");
-    ok(&strata(
+    ok(&strata_s3(
         &st,
         &host,
         &["commit", "--set", "r", src.to_str().unwrap()],
@@ -756,7 +709,7 @@ fn every_command_works_unchanged_on_s3() {
     settle();
     new_s3_store(&st);
     let h = t.path().join("host");
-    let run = |args: &[&str]| ok(&strata(&st, &h, args));
+    let run = |args: &[&str]| ok(&strata_s3(&st, &h, args));
     run(&["commit", "--set", "w", src.to_str().unwrap()]);
     write(&src, "a/two", b"two, changed");
     settle();

@@ -244,6 +244,32 @@ pub fn ok(o: &std::process::Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
 
+/// Run the CLI on the S3 store of `dir` as a host whose local state is `local`.
+pub fn strata_s3(dir: &Path, local: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(bin())
+        .args(s3_flags(dir, local))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Mount the S3 store of `dir` at `point` (no policy materializations or
+/// scheduled sweeps), as a host whose local state is `local`.
+pub fn s3_mount(dir: &Path, local: &Path, point: &Path) {
+    fs::create_dir_all(point).unwrap();
+    let point = point.to_str().unwrap();
+    let args = ["mount", point, "--no-materialize", "--sweep-every", "0s"];
+    ok(&strata_s3(dir, local, &args));
+}
+
+/// Unmount lazily (a test's readers may still hold files).
+pub fn unmount(point: &Path) {
+    let _ = std::process::Command::new(bin())
+        .args(["unmount", "--lazy"])
+        .arg(point)
+        .output();
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_strata")
 }
@@ -251,4 +277,28 @@ pub fn bin() -> &'static str {
 /// Let the racy-timestamp margin pass so files written so far count as settled.
 pub fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(150));
+}
+
+/// Wait until a child stopped itself (a `stop` failpoint).
+pub fn wait_stopped(child: &std::process::Child) {
+    let stat = format!("/proc/{}/stat", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        let s = std::fs::read_to_string(&stat).unwrap_or_default();
+        let state = s.rsplit(')').next().unwrap_or("").trim_start();
+        if state.starts_with('T') {
+            return;
+        }
+        assert!(
+            !state.starts_with('Z'),
+            "the committer exited before its pause"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("the committer never reached its pause");
+}
+
+pub fn nix_kill(pid: u32, sig: i32) {
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(pid as i32, sig) };
 }
