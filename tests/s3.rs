@@ -1,9 +1,8 @@
 //! The store on an S3-compatible server (SeaweedFS, started by
 //! scripts/test.sh): conditional writes, racing committers, fencing of a
 //! paused writer, a write past its fence, corruption caught through the
-//! verified cache, injected
-//! network faults, and two mount daemons with a materializer and a sweeper
-//! on one store. Each test uses its own prefix; "hosts" are processes with
+//! verified cache, injected network faults, and two mount daemons with a
+//! materializer and a sweeper on one store. Each test uses its own prefix; "hosts" are processes with
 //! their own local (cache) directories.
 
 mod common;
