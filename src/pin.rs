@@ -182,10 +182,14 @@ pub fn list(store: &Store) -> Result<Vec<PinInfo>> {
 
 /// Probe one marker; `None` if it vanished meanwhile (released).
 fn inspect(store: &Store, key: &str) -> Result<Option<PinInfo>> {
-    let state = match store.storage().probe_lease(key)? {
-        crate::storage::LeaseState::Missing => return Ok(None),
-        crate::storage::LeaseState::Held { .. } => PinState::Held,
-        crate::storage::LeaseState::Unheld => PinState::Unheld,
+    // A lease object that does not parse (remote stores) is an invalid
+    // marker for an operator, not a reason to stop looking at the others.
+    let state = match store.storage().probe_lease(key) {
+        Ok(crate::storage::LeaseState::Missing) => return Ok(None),
+        Ok(crate::storage::LeaseState::Held { .. }) => PinState::Held,
+        Ok(crate::storage::LeaseState::Unheld) => PinState::Unheld,
+        Err(e) if e.kind() == crate::error::ErrorKind::Corrupt => PinState::Invalid,
+        Err(e) => return Err(e),
     };
     let body = match store.storage().lease_holder(key) {
         Ok(Some(b)) => b,

@@ -11,7 +11,7 @@
 //! reusable lock files: reported, never removed (unlinking a lock file
 //! another process is about to lock would let two holders coexist).
 
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::pin::PinState;
 use crate::storage::LeaseState;
 use crate::store::{keys, Store};
@@ -81,8 +81,7 @@ fn settle(store: &Store) -> Result<()> {
             leases.push(format!("staging/{name}"));
         }
     }
-    storage.probe_leases(&leases)?;
-    Ok(())
+    storage.settle_leases(&leases)
 }
 
 /// [`scan`] plus the store's reusable lock files (`strata leases`).
@@ -150,7 +149,22 @@ fn staging(store: &Store) -> Result<Vec<LeaseInfo>> {
             continue;
         };
         let key = keys::staging_owner(token);
-        let (verdict, holder) = verdict(storage.probe_lease(&key)?);
+        let state = match probe_owner(store, token) {
+            Ok(state) => state,
+            Err(e) if matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::InvalidInput) => {
+                out.push(LeaseInfo {
+                    kind: "staging".into(),
+                    key,
+                    verdict: Verdict::Invalid,
+                    holder: String::new(),
+                    detail: crate::cli_chain(&e),
+                    action: "kept for an operator".into(),
+                });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let (verdict, holder) = verdict(state);
         if verdict == Verdict::Missing {
             continue;
         }
@@ -169,6 +183,13 @@ fn staging(store: &Store) -> Result<Vec<LeaseInfo>> {
         });
     }
     Ok(out)
+}
+
+/// Probe the owner lease of staging `token`; a name no attempt would take
+/// is refused before anything is probed or removed under it.
+fn probe_owner(store: &Store, token: &str) -> Result<LeaseState> {
+    crate::storage::check_scratch_dir(&format!("staging/{token}"))?;
+    store.storage().probe_lease(&keys::staging_owner(token))
 }
 
 /// Journal keys written under `token`, in any set.
@@ -256,7 +277,18 @@ pub fn live_writer(store: &Store) -> Result<Option<String>> {
         let Some(token) = name.strip_suffix(".owner") else {
             continue;
         };
-        match store.storage().probe_lease(&keys::staging_owner(token))? {
+        let state = match probe_owner(store, token) {
+            Ok(state) => state,
+            // Cannot be judged: it might be a live writer.
+            Err(e) if matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::InvalidInput) => {
+                return Ok(Some(format!(
+                    "invalid staging owner {token}: {}",
+                    crate::cli_chain(&e)
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        match state {
             LeaseState::Held { holder } => return Ok(Some(holder)),
             LeaseState::Unheld if observed => {
                 return Ok(Some(format!("unreclaimed owner of staging {token}")))

@@ -530,6 +530,42 @@ fn a_write_past_its_lease_fence_is_abandoned_not_sent_late() {
 }
 
 #[test]
+fn lease_objects_that_do_not_parse_are_reported_invalid_and_kept() {
+    let t = tempfile::tempdir().unwrap();
+    let (st, src) = (t.path().join("store"), t.path().join("src"));
+    write(&src, "a", b"a");
+    settle();
+    new_s3_store(&st);
+    let host = t.path().join("host");
+    ok(&strata_s3(
+        &st,
+        &host,
+        &["commit", "--set", "s", src.to_str().unwrap()],
+    ));
+    let pin = "pins/s/00000000000000000001-junk.pin";
+    let owner = "staging/0123456789abcdef.owner";
+    overwrite(&st, pin, b"{ not a lease".to_vec());
+    overwrite(&st, owner, b"\x00\x01".to_vec());
+    let leases: Vec<serde_json::Value> =
+        serde_json::from_str(&ok(&strata_s3(&st, &host, &["leases", "--json"]))).unwrap();
+    for key in [pin, owner] {
+        let l = leases.iter().find(|l| l["key"] == key).expect(key);
+        assert_eq!(l["verdict"], "invalid", "{l}");
+    }
+    let report = ok(&strata_s3(
+        &st,
+        &host,
+        &["sweep", "--grace", "0s", "--json"],
+    ));
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report["invalid"].as_array().unwrap().len(), 2, "{report}");
+    let remote = storage_at(&st, &t.path().join("checker"));
+    for key in [pin, owner] {
+        assert!(remote.size(key).unwrap().is_some(), "{key} kept");
+    }
+}
+
+#[test]
 fn two_mounts_a_materializer_and_a_sweeper_keep_what_readers_hold() {
     let t = tempfile::tempdir().unwrap();
     let st = t.path().join("store");

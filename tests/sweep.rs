@@ -190,6 +190,51 @@ fn a_sweep_killed_at_each_step_leaves_a_store_the_next_sweep_finishes() {
 }
 
 #[test]
+fn a_staging_owner_that_cannot_be_judged_is_kept_and_holds_deletions_back() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    let store = new_store(&st);
+    rewrite(&src, 1);
+    commit_base(&store, "s", &src);
+    rewrite(&src, 2);
+    commit_base(&store, "s", &src);
+    ok(&strata(
+        &st,
+        &["retain", "--set", "s", "--keep-last", "1"],
+        None,
+    ));
+    // A name no attempt takes (a token is [A-Za-z0-9_-]).
+    let odd = st.join("staging/not a token.owner");
+    std::fs::write(&odd, b"").unwrap();
+    let leases: Vec<serde_json::Value> =
+        serde_json::from_str(&ok(&strata(&st, &["leases", "--json"], None))).unwrap();
+    let entry = leases
+        .iter()
+        .find(|l| l["key"] == "staging/not a token.owner")
+        .expect("the odd owner is listed");
+    assert_eq!(entry["verdict"], "invalid", "{entry}");
+    // Sweeps go on around it, but delete nothing while a writer cannot be
+    // ruled out, and never touch it.
+    let first = sweep_json(&st);
+    assert!(first.invalid.iter().any(|i| i.key.contains("not a token")));
+    assert!(first.newly_condemned.count > 0);
+    let second = sweep_json(&st);
+    assert_eq!(second.deleted.count, 0);
+    assert!(
+        second
+            .deferred
+            .as_deref()
+            .unwrap_or("")
+            .contains("invalid staging owner"),
+        "{:?}",
+        second.deferred
+    );
+    assert!(odd.exists(), "kept for an operator");
+    std::fs::remove_file(&odd).unwrap();
+    assert!(sweep_json(&st).deleted.count > 0);
+}
+
+#[test]
 fn residue_gets_a_verdict_unheld_is_reclaimed_and_invalid_is_kept() {
     let t = tempfile::tempdir().unwrap();
     let (src, st) = (t.path().join("src"), t.path().join("store"));

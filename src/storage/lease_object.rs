@@ -354,33 +354,42 @@ impl LeaseTable {
         }
     }
 
-    /// Probe many leases, observing the undecided ones for up to a ttl so
-    /// that each verdict is settled: a renewing lease is held, a lease
-    /// unchanged for a whole ttl is unheld.
-    pub(crate) fn probe_settled(&self, keys: &[String]) -> Result<Vec<LeaseState>> {
-        let mut out = Vec::with_capacity(keys.len());
-        let mut open = Vec::new();
-        for (i, key) in keys.iter().enumerate() {
-            out.push(self.probe(key)?);
-            if self.own_holder(key).is_none() && self.undecided(key) {
-                open.push(i);
+    /// Observe the undecided leases among `keys` for up to a ttl so that
+    /// the verdicts that follow are settled: a renewing lease is held, a
+    /// lease unchanged for a whole ttl is unheld. A lease that does not
+    /// parse is left to the probe that reports it invalid.
+    pub(crate) fn settle(&self, keys: &[String]) -> Result<()> {
+        let mut open: Vec<&String> = Vec::new();
+        for key in keys {
+            if self.probe_open(key)? {
+                open.push(key);
             }
         }
         let deadline = Instant::now() + self.ttl + self.step();
         while !open.is_empty() && Instant::now() < deadline {
             std::thread::sleep(self.step());
             let mut still = Vec::new();
-            for i in open {
-                let before = self.seen_counter(&keys[i]);
-                out[i] = self.probe(&keys[i])?;
-                let changed = before != self.seen_counter(&keys[i]);
-                if !changed && matches!(out[i], LeaseState::Held { .. }) {
-                    still.push(i);
+            for key in open {
+                let before = self.seen_counter(key);
+                if self.probe_open(key)? && before == self.seen_counter(key) {
+                    still.push(key);
                 }
             }
             open = still;
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// Probe one lease; true while it is someone else's and still looks
+    /// held without having been watched for a whole ttl.
+    fn probe_open(&self, key: &str) -> Result<bool> {
+        let state = match self.probe(key) {
+            Ok(state) => state,
+            Err(e) if e.kind() == crate::error::ErrorKind::Corrupt => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let held = matches!(state, LeaseState::Held { .. });
+        Ok(held && self.own_holder(key).is_none() && self.undecided(key))
     }
 
     fn undecided(&self, key: &str) -> bool {

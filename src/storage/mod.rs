@@ -127,11 +127,12 @@ pub trait Storage: Send + Sync + Debug {
     fn probe_lease(&self, key: &str) -> Result<LeaseState>;
     /// The holder text a lease was taken with (`None` if it is gone).
     fn lease_holder(&self, key: &str) -> Result<Option<String>>;
-    /// Probe many leases with settled verdicts: where liveness is decided by
-    /// observation (remote leases), undecided leases are watched for up to
-    /// a lease ttl.
-    fn probe_leases(&self, keys: &[String]) -> Result<Vec<LeaseState>> {
-        keys.iter().map(|k| self.probe_lease(k)).collect()
+    /// Where liveness is decided by observation (remote leases), watch the
+    /// undecided leases among `keys` for up to a lease ttl, so that the
+    /// probes that follow give settled verdicts. A lease that does not
+    /// parse is left to the probe that reports it.
+    fn settle_leases(&self, _keys: &[String]) -> Result<()> {
+        Ok(())
     }
     /// Longest time a dead holder's lease still looks held (`None`: the
     /// backend knows at once, as with OS locks).

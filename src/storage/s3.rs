@@ -332,8 +332,8 @@ impl Storage for S3Storage {
         self.leases.holder(key)
     }
 
-    fn probe_leases(&self, keys: &[String]) -> Result<Vec<LeaseState>> {
-        self.leases.probe_settled(keys)
+    fn settle_leases(&self, keys: &[String]) -> Result<()> {
+        self.leases.settle(keys)
     }
 
     fn lease_ttl(&self) -> Option<Duration> {
