@@ -70,17 +70,20 @@ pub fn read(store: &Store, row: &Row) -> Result<Vec<u8>> {
             crate::row::show(&row.path()),
             "non-empty file without blob",
         )),
-        BlobLoc::Packed { .. } => packed(store, row),
+        BlobLoc::Packed { pack, .. } => {
+            store.read_fresh(&keys::pack(&hex::encode(pack)), || packed(store, row))
+        }
         BlobLoc::Standalone => {
             let name = hex::encode(row.digest.unwrap_or_default());
-            let bytes = store
-                .storage()
-                .get(&keys::blob(&name), row.size.max(WHOLE_READ_LIMIT))?;
-            if bytes.len() as u64 != row.size {
-                return Err(Error::corrupt("blob", &name, "size differs from row"));
-            }
-            check_digest(row, &bytes, &name)?;
-            Ok(bytes)
+            let key = keys::blob(&name);
+            store.read_fresh(&key, || {
+                let bytes = store.storage().get(&key, row.size.max(WHOLE_READ_LIMIT))?;
+                if bytes.len() as u64 != row.size {
+                    return Err(Error::corrupt("blob", &name, "size differs from row"));
+                }
+                check_digest(row, &bytes, &name)?;
+                Ok(bytes)
+            })
         }
     }
 }
@@ -118,10 +121,15 @@ fn packed(store: &Store, row: &Row) -> Result<Vec<u8>> {
 /// The stored frame of a packed file, verified against the row's digest
 /// (for copying it into another pack unchanged).
 pub fn packed_frame(store: &Store, row: &Row) -> Result<Vec<u8>> {
-    let (frame, codec, name) = fetch_frame(store, row)?;
-    let bytes = decode_frame(codec, frame.clone(), row.size, &name)?;
-    check_digest(row, &bytes, &name)?;
-    Ok(frame)
+    let BlobLoc::Packed { pack, .. } = row.blob else {
+        return Err(Error::Invalid("not a packed file".into()));
+    };
+    store.read_fresh(&keys::pack(&hex::encode(pack)), || {
+        let (frame, codec, name) = fetch_frame(store, row)?;
+        let bytes = decode_frame(codec, frame.clone(), row.size, &name)?;
+        check_digest(row, &bytes, &name)?;
+        Ok(frame)
+    })
 }
 
 /// Write a file's verified content to `out`. Large standalone blobs are

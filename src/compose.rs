@@ -55,17 +55,23 @@ impl<K: PartialEq, V: Clone> Lru<K, V> {
 
 /// Load and verify a manifest by name.
 pub fn load_manifest(store: &Store, name: &str) -> Result<Manifest> {
-    let bytes = store
-        .storage()
-        .get(&keys::manifest(name), MAX_MANIFEST_BYTES)?;
-    Manifest::decode(name, &bytes)
+    let key = keys::manifest(name);
+    store.read_fresh(&key, || {
+        let bytes = store.storage().get(&key, MAX_MANIFEST_BYTES)?;
+        Manifest::decode(name, &bytes)
+    })
 }
 
 /// Load and verify a segment by name, checking its size against the manifest.
 pub fn load_segment(store: &Store, name: &str, size: u64) -> Result<Segment> {
-    let bytes = store
-        .storage()
-        .get(&keys::segment(name), MAX_SEGMENT_BYTES)?;
+    let key = keys::segment(name);
+    store.read_fresh(&key, || {
+        let bytes = store.storage().get(&key, MAX_SEGMENT_BYTES)?;
+        parse_segment(name, size, bytes)
+    })
+}
+
+fn parse_segment(name: &str, size: u64, bytes: Vec<u8>) -> Result<Segment> {
     if bytes.len() as u64 != size {
         return Err(Error::corrupt(
             "segment",

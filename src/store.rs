@@ -4,7 +4,7 @@
 //! the key layout (docs/FORMAT.md, "Layout"). Everything else reaches storage
 //! through a `Store`.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::failpoint::FailPoints;
 use crate::format::parse_versioned;
 use crate::storage::{LocalStorage, PutOutcome, Storage};
@@ -86,6 +86,16 @@ impl Store {
     pub fn with_failpoints(mut self, failpoints: FailPoints) -> Store {
         self.failpoints = failpoints;
         self
+    }
+
+    /// Run `read` of the object at `key`; when it finds the bytes corrupt
+    /// and they came from a local copy of a remote object, drop the copy
+    /// and run it once more against the store itself.
+    pub fn read_fresh<T>(&self, key: &str, read: impl Fn() -> Result<T>) -> Result<T> {
+        match read() {
+            Err(e) if e.kind() == ErrorKind::Corrupt && self.storage().evict_copy(key) => read(),
+            r => r,
+        }
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {

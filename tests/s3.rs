@@ -247,6 +247,88 @@ fn corruption_on_the_server_is_caught_through_a_fresh_cache() {
 
 /// Replace an object's bytes behind strata's back (what bit rot or a bad
 /// actor on the server would do).
+/// Every cached copy under a host's cache directory, as (key, path).
+fn cached_copies(host: &Path) -> Vec<(String, PathBuf)> {
+    let root = host.join("cache/objects");
+    walk_files(&root)
+        .into_iter()
+        .map(|p| (p.strip_prefix(&root).unwrap().display().to_string(), p))
+        .filter(|(k, _)| !k.contains(".tmp-"))
+        .collect()
+}
+
+#[test]
+fn a_cached_copy_changed_on_local_disk_is_dropped_and_fetched_again() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "blob", &noise(8, 2 << 20));
+    write(&src, "small", b"a small file in a pack");
+    settle();
+    let store = new_s3_store(&st);
+    commit_dir(&store, "c", &src);
+    let host = t.path().join("host");
+    let cat = |f: &str| {
+        let out = strata_s3(&st, &host, &["cat", "--set", "c", f]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    for f in ["blob", "small"] {
+        cat(f);
+    }
+    // Flip a byte in every cached copy: the local disk went bad.
+    let copies = cached_copies(&host);
+    for prefix in ["blobs/", "packs/", "segments/", "manifests/"] {
+        assert!(
+            copies.iter().any(|(k, _)| k.starts_with(prefix)),
+            "{copies:?}"
+        );
+    }
+    let flip = || {
+        for (_, path) in cached_copies(&host) {
+            let mut bytes = std::fs::read(&path).unwrap();
+            let i = bytes.len() / 2;
+            bytes[i] ^= 0x20;
+            std::fs::write(&path, bytes).unwrap();
+        }
+    };
+    flip();
+    for f in ["blob", "small"] {
+        assert!(cat(f) == std::fs::read(src.join(f)).unwrap(), "{f}");
+    }
+    // And through a mount started on a cache gone bad.
+    flip();
+    let point = t.path().join("m");
+    s3_mount(&st, &host, &point);
+    let cmp = Command::new("diff")
+        .arg("-r")
+        .arg(&src)
+        .arg(point.join("c/latest"))
+        .output()
+        .unwrap();
+    unmount(&point);
+    assert!(
+        cmp.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cmp.stdout)
+    );
+    for (key, path) in cached_copies(&host) {
+        let hash = |b: &[u8]| {
+            if key.starts_with("blobs/") {
+                blake3::hash(b).to_hex().to_string()
+            } else {
+                use sha2::Digest;
+                hex::encode(sha2::Sha256::digest(b))
+            }
+        };
+        let name = key.rsplit('/').next().unwrap().split('.').next().unwrap();
+        assert_eq!(hash(&std::fs::read(&path).unwrap()), name, "{key} healed");
+    }
+}
+
 fn overwrite(dir: &Path, key: &str, bytes: Vec<u8>) {
     use object_store::{aws::AmazonS3Builder, ObjectStoreExt, PutPayload};
     let (bucket, prefix) = strata::storage::Endpoint::parse(&s3_url(dir)).unwrap();

@@ -644,21 +644,36 @@ impl StrataFs {
         }
     }
 
+    /// Open a standalone blob; a local copy of a remote blob that fails
+    /// its check is dropped and fetched once more.
     fn open_standalone(&self, digest: [u8; 32], size: u64, what: &str) -> Reply<Opened> {
         let key = keys::blob(&hex::encode(digest));
-        let opened = self.gens.store().storage().open_file(&key).map_err(|e| {
+        match self.open_blob(&key, digest, size, what) {
+            Err(Errno::EIO) if self.gens.store().storage().evict_copy(&key) => {
+                warn!("{what}: the local copy of {key} was dropped; fetching it again");
+                self.open_blob(&key, digest, size, what)
+            }
+            r => r,
+        }
+    }
+
+    fn open_blob(&self, key: &str, digest: [u8; 32], size: u64, what: &str) -> Reply<Opened> {
+        let opened = self.gens.store().storage().open_file(key).map_err(|e| {
             error!("{what}: open blob {key}: {}", strata::cli_chain(&e));
             Errno::EIO
         })?;
         let Some(file) = opened else {
-            self.verify_remote(&key, size, digest, what)?;
+            self.verify_remote(key, size, digest, what)?;
             return Ok(Opened::Handle(
-                Handle::Remote { key, size },
+                Handle::Remote {
+                    key: key.to_string(),
+                    size,
+                },
                 FopenFlags::FOPEN_KEEP_CACHE,
             ));
         };
         let just_verified =
-            self.verify == VerifyMode::FirstOpen && self.gens.store().storage().verified_copy(&key);
+            self.verify == VerifyMode::FirstOpen && self.gens.store().storage().verified_copy(key);
         if just_verified {
             self.mark_verified(digest);
         } else {

@@ -8,14 +8,16 @@
 //! temporary name, fsynced and renamed, so a crash leaves nothing
 //! half-visible, and they survive restarts. Several processes of one host
 //! (the CLI beside a daemon) may share the directory; each keeps its own
-//! view of recency and budget, so together they may exceed it briefly. The total size is bounded: past the budget the
-//! least recently used copies are removed (recency is kept in memory and
-//! seeded from file times at start). Removing a copy never disturbs a reader
-//! that has it open.
+//! view of recency and budget, so together they may exceed it briefly. The
+//! total size is bounded: past the budget the least recently used copies are
+//! removed (recency is kept in memory and seeded from file times at start).
+//! Removing a copy never disturbs a reader that has it open. A copy that
+//! later fails a check (the local disk changed it) is dropped and fetched
+//! again: [`crate::Store::read_fresh`] and the mount's open do that.
 
 use crate::error::{Error, IoContext, Result};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -64,6 +66,22 @@ struct Lru {
     entries: HashMap<String, Entry>,
     total: u64,
     clock: u64,
+    /// Keys this process admitted (and so hashed against their names)
+    /// whose copies are still cached.
+    admitted_here: HashSet<String>,
+}
+
+impl Lru {
+    fn forget(&mut self, key: &str) -> bool {
+        self.admitted_here.remove(key);
+        match self.entries.remove(key) {
+            Some(e) => {
+                self.total -= e.size;
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -154,6 +172,7 @@ impl Cache {
             lru.total -= old.size;
         }
         lru.total += size;
+        lru.admitted_here.insert(key.to_string());
         drop(lru);
         self.evict(0);
         Ok(())
@@ -176,11 +195,25 @@ impl Cache {
             else {
                 break;
             };
-            if let Some(e) = lru.entries.remove(&victim) {
-                lru.total -= e.size;
-            }
+            lru.forget(&victim);
             let _ = fs::remove_file(self.path(&victim));
         }
+    }
+
+    /// Drop the copy of `key` (it failed a check after admission: the local
+    /// disk changed it); true if there was one.
+    pub(crate) fn remove(&self, key: &str) -> bool {
+        let mut lru = self.lru.lock().unwrap_or_else(PoisonError::into_inner);
+        let known = lru.forget(key);
+        let removed = fs::remove_file(self.path(key)).is_ok();
+        known || removed
+    }
+
+    /// Whether this process admitted the copy of `key`, hashing it against
+    /// its name, and it is still cached.
+    pub(crate) fn admitted_here(&self, key: &str) -> bool {
+        let lru = self.lru.lock().unwrap_or_else(PoisonError::into_inner);
+        lru.admitted_here.contains(key)
     }
 
     /// Bytes held now.

@@ -117,6 +117,12 @@ pub trait Storage: Send + Sync + Debug {
     fn verified_copy(&self, _key: &str) -> bool {
         false
     }
+    /// Drop the local copy of `key` after it failed a check, so that the
+    /// next read fetches the object again; true if there was a copy (a
+    /// local backend has none: its files are the store).
+    fn evict_copy(&self, _key: &str) -> bool {
+        false
+    }
     /// Local scratch directory for staging files of one owner.
     fn scratch_dir(&self, name: &str) -> Result<PathBuf>;
     /// Take the lease at `key`, waiting for it if `wait`. Without `wait`,

@@ -54,8 +54,6 @@ pub struct S3Storage {
     leases: Arc<LeaseTable>,
     cache: Cache,
     scratch: PathBuf,
-    /// Keys whose cached copy this process downloaded and verified.
-    filled: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl S3Storage {
@@ -69,7 +67,6 @@ impl S3Storage {
             cache: Cache::open(&opts.local_dir.join("cache"), opts.cache_bytes)?,
             remote,
             scratch,
-            filled: Default::default(),
         })
     }
 
@@ -95,10 +92,6 @@ impl S3Storage {
             return Err(e);
         }
         self.cache.admit(key, &tmp)?;
-        self.filled
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key.to_string());
         Ok(self.cache.open_copy(key))
     }
 
@@ -308,10 +301,11 @@ impl Storage for S3Storage {
     }
 
     fn verified_copy(&self, key: &str) -> bool {
-        self.filled
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(key)
+        self.cache.admitted_here(key)
+    }
+
+    fn evict_copy(&self, key: &str) -> bool {
+        self.cache.remove(key)
     }
 
     fn scratch_dir(&self, name: &str) -> Result<PathBuf> {
@@ -346,5 +340,3 @@ impl Storage for S3Storage {
         Some(counts)
     }
 }
-
-impl S3Storage {}
