@@ -12,7 +12,7 @@ use crate::index::GenIndex;
 use crate::storage::{Lease, Storage, TryLease};
 use crate::store::{keys, Store};
 use serde::Serialize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// How often pin-then-verify is retried when the index changes underneath.
 const PIN_RETRIES: usize = 5;
@@ -34,16 +34,63 @@ struct PinBody<'a> {
 #[derive(Debug)]
 pub struct Pin {
     storage: Arc<dyn Storage>,
-    key: String,
-    lease: Option<Box<dyn Lease>>,
+    holder: String,
+    marker: Mutex<Marker>,
     pub record: IndexRecord,
     pub rep: RepRecord,
 }
 
+/// The marker a pin holds now (a lost one is replaced by [`Pin::keep`]).
+#[derive(Debug)]
+struct Marker {
+    key: String,
+    lease: Option<Box<dyn Lease>>,
+}
+
+impl Marker {
+    fn remove(&mut self, storage: &dyn Storage) {
+        let _ = storage.delete(&self.key);
+        self.lease.take();
+    }
+}
+
 impl Drop for Pin {
     fn drop(&mut self) {
-        let _ = self.storage.delete(&self.key);
-        self.lease.take();
+        let marker = self
+            .marker
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        marker.remove(&*self.storage);
+    }
+}
+
+impl Pin {
+    /// Keep the pin held. A remote pin's lease is lost when its holder
+    /// stalled past the ttl and a sweep reclaimed the marker; then a fresh
+    /// marker is taken for the same representation, provided the index
+    /// still has it COMMITTED (pin first, then verify, as when pinning).
+    /// Ok(true) when the marker was replaced.
+    pub fn keep(&self, store: &Store) -> Result<bool> {
+        let mut marker = self.marker.lock().unwrap_or_else(PoisonError::into_inner);
+        match marker.lease.as_ref().map(|l| l.check()) {
+            Some(Ok(_)) => return Ok(false),
+            Some(Err(e)) if e.kind() != crate::error::ErrorKind::Conflict => return Err(e),
+            _ => {}
+        }
+        let mut fresh = take_marker(store, &self.record, &self.rep, &self.holder)?;
+        let index = GenIndex::new(store, &self.record.set);
+        if !still_committed(&index, &self.record, &self.rep)? {
+            fresh.remove(&*self.storage);
+            return Err(Error::NotFound {
+                what: "representation",
+                name: format!(
+                    "{}@{} {} (no longer committed; its pin was lost)",
+                    self.record.set, self.record.generation, self.rep.manifest
+                ),
+            });
+        }
+        std::mem::replace(&mut *marker, fresh).remove(&*self.storage);
+        Ok(true)
     }
 }
 
@@ -56,20 +103,29 @@ pub fn pin(store: &Store, set: &str, generation: Option<u64>, holder: &str) -> R
             .read_rep()
             .cloned()
             .ok_or_else(|| Error::corrupt("index record", set, "no committed representation"))?;
-        let pin = take(store, &record, &rep, holder)?;
-        let now = index.load(record.generation)?;
-        let still = now.state == State::Committed
-            && now
-                .representations
-                .iter()
-                .any(|r| r.manifest == rep.manifest && r.state == State::Committed);
-        if still {
+        let pin = take(
+            store,
+            &record,
+            &rep,
+            &format!("{holder} pid={}", std::process::id()),
+        )?;
+        if still_committed(&index, &record, &rep)? {
             return Ok(pin);
         }
     }
     Err(Error::Conflict(format!(
         "index kept changing while pinning: set=`{set}`"
     )))
+}
+
+/// Whether the index still has `rep` of `record`'s generation COMMITTED.
+fn still_committed(index: &GenIndex, record: &IndexRecord, rep: &RepRecord) -> Result<bool> {
+    let now = index.load(record.generation)?;
+    Ok(now.state == State::Committed
+        && now
+            .representations
+            .iter()
+            .any(|r| r.manifest == rep.manifest && r.state == State::Committed))
 }
 
 fn resolve(index: &GenIndex, generation: Option<u64>) -> Result<IndexRecord> {
@@ -94,6 +150,22 @@ fn resolve(index: &GenIndex, generation: Option<u64>) -> Result<IndexRecord> {
 }
 
 fn take(store: &Store, record: &IndexRecord, rep: &RepRecord, holder: &str) -> Result<Pin> {
+    Ok(Pin {
+        storage: store.storage().clone(),
+        holder: holder.to_string(),
+        marker: Mutex::new(take_marker(store, record, rep, holder)?),
+        record: record.clone(),
+        rep: rep.clone(),
+    })
+}
+
+/// Create and lock a fresh marker for `rep` of `record`'s generation.
+fn take_marker(
+    store: &Store,
+    record: &IndexRecord,
+    rep: &RepRecord,
+    holder: &str,
+) -> Result<Marker> {
     let token = crate::token::new_token();
     let key = format!(
         "{}/{:020}-{token}.pin",
@@ -107,17 +179,14 @@ fn take(store: &Store, record: &IndexRecord, rep: &RepRecord, holder: &str) -> R
         generation: record.generation,
         representation: rep.kind.label(),
         manifest: &rep.manifest,
-        holder: format!("{holder} pid={}", std::process::id()),
+        holder: holder.to_string(),
         since_ns: crate::token::now_ns(),
     };
     let text = serde_json::to_string(&body).map_err(|e| Error::Internal(e.to_string()))?;
     match store.storage().lease(&key, &text, false)? {
-        TryLease::Acquired(lease) => Ok(Pin {
-            storage: store.storage().clone(),
+        TryLease::Acquired(lease) => Ok(Marker {
             key,
             lease: Some(lease),
-            record: record.clone(),
-            rep: rep.clone(),
         }),
         TryLease::Busy { .. } => Err(Error::Internal(format!(
             "fresh pin name already locked: key=`{key}`"

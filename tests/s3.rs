@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use strata::storage::{fence, CasOutcome, PutOutcome, S3Storage, Storage, TryLease};
 
 fn storage_at(dir: &Path, local: &Path) -> S3Storage {
@@ -645,6 +645,96 @@ fn lease_objects_that_do_not_parse_are_reported_invalid_and_kept() {
     for key in [pin, owner] {
         assert!(remote.size(key).unwrap().is_some(), "{key} kept");
     }
+}
+
+/// The pid of the daemon serving `point`.
+fn daemon_pid(point: &Path) -> u32 {
+    let want = point.to_str().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+            args.first().is_some_and(|a| a.ends_with(b"strata-mountd"))
+                && args.contains(&want.as_bytes())
+        })
+        .expect("the daemon runs")
+}
+
+fn pin_keys(st: &Path, host: &Path) -> Vec<String> {
+    let pins: Vec<serde_json::Value> =
+        serde_json::from_str(&ok(&strata_s3(st, host, &["pins", "--json"]))).unwrap();
+    pins.iter()
+        .map(|p| p["key"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_daemon_stalled_past_its_pin_leases_pins_again() {
+    let t = tempfile::tempdir().unwrap();
+    let (st, src) = (t.path().join("store"), t.path().join("src"));
+    write(&src, "a", b"kept through a stall");
+    settle();
+    new_s3_store(&st);
+    let other = t.path().join("other-host");
+    ok(&strata_s3(
+        &st,
+        &other,
+        &["commit", "--set", "s", src.to_str().unwrap()],
+    ));
+    let point = t.path().join("m");
+    s3_mount(&st, &t.path().join("mount-host"), &point);
+    let wait_for_pins = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let keys = pin_keys(&st, &other);
+            if !keys.is_empty() {
+                return keys;
+            }
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let before = wait_for_pins("the daemon never pinned latest");
+
+    // The daemon stalls; a sweep elsewhere watches its pins stop renewing
+    // and reclaims them.
+    let pid = daemon_pid(&point);
+    nix_kill(pid, libc::SIGSTOP);
+    let report = ok(&strata_s3(
+        &st,
+        &other,
+        &["sweep", "--grace", "0s", "--json"],
+    ));
+    nix_kill(pid, libc::SIGCONT);
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let reclaimed: Vec<&str> = report["reclaimed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["key"].as_str())
+        .collect();
+    assert!(
+        before.iter().all(|k| reclaimed.contains(&k.as_str())),
+        "{report}"
+    );
+
+    // Resumed, it notices and pins what it serves again.
+    wait_for_pins("the daemon never pinned again");
+    let cmp = Command::new("diff")
+        .arg("-r")
+        .arg(&src)
+        .arg(point.join("s/latest"))
+        .output()
+        .unwrap();
+    unmount(&point);
+    assert!(
+        cmp.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cmp.stdout)
+    );
 }
 
 #[test]

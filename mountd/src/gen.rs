@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use strata::compose::GenView;
 use strata::index::GenIndex;
 use strata::{Result, Store};
+use tracing::{error, warn};
 
 /// How long a resolved `latest` is trusted before the index is re-read.
 pub(crate) const LATEST_FRESH: Duration = Duration::from_millis(300);
@@ -144,6 +145,29 @@ impl Gens {
                 Some((s.clone(), *g, view.view.top().manifest_name.clone()))
             })
             .collect()
+    }
+
+    /// Keep the pin of every served generation held: a pin lost while this
+    /// daemon stalled (a remote lease reclaimed by a sweep) is taken again
+    /// if its representation is still committed; what cannot be re-pinned
+    /// is reported (its readers may find its data swept).
+    pub(crate) fn keep_pins(&self) {
+        let held: Vec<Arc<Gen>> = {
+            let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+            open.values().filter_map(Weak::upgrade).collect()
+        };
+        for g in held {
+            match g.view.pin.keep(&self.store) {
+                Ok(false) => {}
+                Ok(true) => warn!("{}@{}: its pin was lost; pinned again", g.set, g.generation),
+                Err(e) => error!(
+                    "{}@{}: its pin was lost and cannot be taken again: {}",
+                    g.set,
+                    g.generation,
+                    strata::cli_chain(&e)
+                ),
+            }
+        }
     }
 
     /// Number of generations currently pinned by this daemon.

@@ -345,6 +345,7 @@ fn spawn_refresher(
                     Err(e) => error!("refresh latest of {s}: {}", strata::cli_chain(&e)),
                 }
             }
+            gens.keep_pins();
             cycle += 1;
             if cycle % HELD_CHECK_EVERY == 0 {
                 follow_held(&gens, &notifier);
