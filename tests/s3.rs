@@ -399,11 +399,13 @@ fn fault_proxy(faults: Arc<Faults>) -> String {
 }
 
 fn bind_again(addr: std::net::SocketAddr) -> TcpListener {
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(l) = TcpListener::bind(addr) {
             l.set_nonblocking(true).unwrap();
             return l;
         }
+        assert!(Instant::now() < deadline, "the proxy's port stayed taken");
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -735,6 +737,45 @@ fn a_daemon_stalled_past_its_pin_leases_pins_again() {
         "{}",
         String::from_utf8_lossy(&cmp.stdout)
     );
+}
+
+fn ranged_gets(st: &Path, host: &Path) -> u64 {
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(&strata_s3(st, host, &["status", "--json"]))).unwrap();
+    status["daemons"][0]["status"]["remote_requests"]["get_range"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn concurrent_first_reads_of_a_blob_fetch_it_once() {
+    let t = tempfile::tempdir().unwrap();
+    let (st, src) = (t.path().join("store"), t.path().join("src"));
+    let data = noise(21, 24 << 20);
+    write(&src, "big", &data);
+    settle();
+    new_s3_store(&st);
+    ok(&strata_s3(
+        &st,
+        &t.path().join("c"),
+        &["commit", "--set", "s", src.to_str().unwrap()],
+    ));
+    let (host, point) = (t.path().join("mount-host"), t.path().join("m"));
+    s3_mount(&st, &host, &point);
+    let before = ranged_gets(&st, &host);
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let path = point.join("s/latest/big");
+            std::thread::spawn(move || std::fs::read(path).unwrap())
+        })
+        .collect();
+    for r in readers {
+        assert!(r.join().unwrap() == data);
+    }
+    let fetched = ranged_gets(&st, &host) - before;
+    unmount(&point);
+    // 24 MiB in 8 MiB ranges: one fill.
+    assert_eq!(fetched, 3);
 }
 
 #[test]

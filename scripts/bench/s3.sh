@@ -4,8 +4,10 @@
 # in one run: commit, then find / grep -r / cat of a 512 MiB file through
 # the mount: cold (daemon restarted, kernel caches dropped; for the S3 store
 # once with strata's local cache wiped and once with it warm from an earlier
-# run) and warm (the command run once untimed first). Remote requests per operation come from the daemon's
-# request counters (`strata status --json`).
+# run) and warm (both mounts primed by one untimed run, then timed
+# alternately, local then S3, WARM_RUNS times; medians and the median of
+# the per-pair ratios). Remote requests per operation come from the
+# daemon's request counters (`strata status --json`).
 #   scripts/bench/s3.sh [mixed] [WORKDIR]   (mixed: 30k files, 1.5 GiB)
 # Prints a Markdown table and writes it to WORKDIR/s3-results.md.
 set -euo pipefail
@@ -26,16 +28,17 @@ trap cleanup EXIT
 for m in "$WORK"/mnt-*; do mountpoint -q "$m" 2>/dev/null && umount -l "$m"; done
 rm -rf "$WORK/local" "$WORK/s3host" && mkdir -p "$WORK/mnt-local" "$WORK/mnt-s3"
 RESULTS="$WORK/s3-results.md"
+WARM_RUNS="${WARM_RUNS:-5}"
 TREE="$WORK/tree"
 LOCAL=(--store "$WORK/local")
 S3=(--store "s3://$STRATA_TEST_S3_BUCKET/bench-$(date +%s)" --s3-endpoint "$STRATA_TEST_S3_ENDPOINT"
     --allow-http --cache-dir "$WORK/s3host" --cache-size 8G)
 
-if [ ! -e "$WORK/tree.done" ]; then
+if [ "$(cat "$WORK/tree.done" 2>/dev/null)" != "$KIND" ]; then
     echo "generating $KIND tree..." >&2
     rm -rf "$TREE"
     python3 "$ROOT/scripts/bench/gentree.py" "$KIND" "$TREE"
-    touch "$WORK/tree.done"
+    echo "$KIND" > "$WORK/tree.done"
 fi
 
 secs() { /usr/bin/time -f "%e" -o "$WORK/t.out" "$@" >/dev/null 2>"$WORK/err.out" || { cat "$WORK/err.out" >&2; exit 1; }; cat "$WORK/t.out"; }
@@ -63,26 +66,35 @@ declare -A CMD=(
     [cat]="cat DIR/b/latest/media/big.bin"
 )
 OPS="find grep cat"
+WARM_LOG=""
 run() { secs bash -c "${CMD[$1]//DIR/$2}"; }
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 prime() { bash -c "${CMD[$1]//DIR/$2}" >/dev/null; }
 
 printf '# object-store benchmark, %s, %s cores, kernel %s\n\n' "$(date -u +%F)" "$(nproc)" "$(uname -r)" | tee "$RESULTS"
 printf 'tree: %s files, %s bytes; commit (page cache dropped first): local %s s, S3 %s s\n\n' \
     "$(find "$TREE" -type f | wc -l)" "$(du -sb "$TREE" | cut -f1)" "$commit_local" "$commit_s3" | tee -a "$RESULTS"
-printf '| op | local cold | S3 empty cache | requests | S3 warm cache, cold kernel | requests | local warm | S3 warm |\n|---|---|---|---|---|---|---|---|\n' | tee -a "$RESULTS"
+printf '| op | local cold | S3 empty cache | requests | S3 warm cache, cold kernel | requests | local warm | S3 warm | S3/local warm |\n|---|---|---|---|---|---|---|---|---|\n' | tee -a "$RESULTS"
 for op in $OPS; do
     "$STRATA" "${LOCAL[@]}" unmount "$WORK/mnt-local" >/dev/null
     "$STRATA" "${LOCAL[@]}" mount "$WORK/mnt-local" >/dev/null
     cold; lc=$(run "$op" "$WORK/mnt-local")
-    prime "$op" "$WORK/mnt-local"; lw=$(run "$op" "$WORK/mnt-local")
     rm -rf "$WORK/s3host/cache"; mount_s3; cold
     r0=$(requests); se=$(run "$op" "$WORK/mnt-s3"); re=$(( $(requests) - r0 ))
     unmount_s3; mount_s3; cold
     r0=$(requests); sc=$(run "$op" "$WORK/mnt-s3"); rc=$(( $(requests) - r0 ))
-    prime "$op" "$WORK/mnt-s3"; sw=$(run "$op" "$WORK/mnt-s3")
+    prime "$op" "$WORK/mnt-local"; prime "$op" "$WORK/mnt-s3"
+    lws=(); sws=(); ratios=()
+    for _ in $(seq "$WARM_RUNS"); do
+        l=$(run "$op" "$WORK/mnt-local"); s=$(run "$op" "$WORK/mnt-s3")
+        lws+=("$l"); sws+=("$s"); ratios+=("$(awk -v s="$s" -v l="$l" 'BEGIN { if (l > 0) printf "%.2f", s / l; else print "inf" }')")
+    done
     unmount_s3
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$op" "$lc" "$se" "$re" "$sc" "$rc" "$lw" "$sw" | tee -a "$RESULTS"
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$op" "$lc" "$se" "$re" "$sc" "$rc" \
+        "$(median "${lws[@]}")" "$(median "${sws[@]}")" "$(median "${ratios[@]}")" | tee -a "$RESULTS"
+    WARM_LOG+="$op warm, alternating: local ${lws[*]}; S3 ${sws[*]}"$'\n'
 done
+printf '\n%s' "$WARM_LOG" | tee -a "$RESULTS"
 printf '\nS3 commit %s\n' "$commit_s3_req" | tee -a "$RESULTS"
 # The server's own throughput for the big blob: one plain GET, and the same
 # 8 MiB ranges 8 at a time (what the cache fill does), by curl.

@@ -25,10 +25,11 @@ use crate::error::{Error, IoContext, Result};
 use bytes::Bytes;
 use object_store::PutMode;
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Pointers and small records are at most this large.
@@ -54,6 +55,9 @@ pub struct S3Storage {
     leases: Arc<LeaseTable>,
     cache: Cache,
     scratch: PathBuf,
+    /// One gate per key being filled, so concurrent readers of an object
+    /// missing from the cache fetch it once.
+    filling: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
 
 impl S3Storage {
@@ -67,6 +71,7 @@ impl S3Storage {
             cache: Cache::open(&opts.local_dir.join("cache"), opts.cache_bytes)?,
             remote,
             scratch,
+            filling: Mutex::default(),
         })
     }
 
@@ -106,10 +111,25 @@ impl S3Storage {
             return Ok(Some(f));
         }
         if fill_max > 0 {
-            self.remote.counts.hit(true);
-            return self.fill(key, fill_max);
+            return self.fill_once(key, fill_max);
         }
         Ok(None)
+    }
+
+    /// Fill `key` unless a concurrent reader just did.
+    fn fill_once(&self, key: &str, fill_max: u64) -> Result<Option<File>> {
+        let gate = {
+            let mut filling = self.filling.lock().unwrap_or_else(PoisonError::into_inner);
+            filling.retain(|_, g| Arc::strong_count(g) > 1);
+            filling.entry(key.to_string()).or_default().clone()
+        };
+        let _turn = gate.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(f) = self.cache.open_copy(key) {
+            self.remote.counts.hit(false);
+            return Ok(Some(f));
+        }
+        self.remote.counts.hit(true);
+        self.fill(key, fill_max)
     }
 
     /// A create-exclusive PUT; a lost response is recognised by our bytes.
