@@ -703,20 +703,29 @@ pub(crate) fn wait_while_deleting(store: &Store) -> Result<()> {
     }
 }
 
-/// Lower the calling thread's CPU priority to the least (nice 19), so a
-/// sweep's mark yields to the mount's readers on a busy machine. Callers
-/// that run sweeps on their own thread or process call this once.
+/// Make the calling thread a background thread, so a sweep's mark and
+/// deletions yield to the mount's readers on a busy machine: CPU policy
+/// SCHED_IDLE (it runs only when nothing else wants the CPU, and any
+/// waking reader preempts it at once; nice 19 if the policy cannot be set)
+/// and the idle I/O class. Callers that run sweeps on their own thread or
+/// process call this once.
 pub fn yield_cpu() {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_IDLE: libc::c_long = 3 << 13;
+    let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: plain syscalls on the calling thread's own id.
     unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+        let tid = libc::syscall(libc::SYS_gettid);
+        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+        }
+        libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, IOPRIO_IDLE);
     }
 }
 
 /// On a store whose leases expire by observation, the grace is at least
 /// [`REMOTE_GRACE_TTLS`] lease ttls: one for a dead holder to be recognised,
-/// one for a publication (fenced at 3/4 of a ttl), one as a margin for
+/// one for a publication (fenced within a ttl), one as a margin for
 /// clock-rate skew between hosts.
 fn effective_grace(store: &Store, asked: Duration, report: &mut SweepReport) -> Duration {
     let Some(ttl) = store.storage().lease_ttl() else {
