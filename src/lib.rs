@@ -13,6 +13,7 @@ pub mod format;
 pub mod identity;
 pub mod index;
 pub mod materialize;
+pub mod pieces;
 pub mod pin;
 pub mod publish;
 pub mod residue;

@@ -302,14 +302,13 @@ fn a_cached_copy_changed_on_local_disk_is_dropped_and_fetched_again() {
     // And through a mount started on a cache gone bad.
     flip();
     let point = t.path().join("m");
-    s3_mount(&st, &host, &point);
+    let _mount = s3_mount(&st, &host, &point);
     let cmp = Command::new("diff")
         .arg("-r")
         .arg(&src)
         .arg(point.join("c/latest"))
         .output()
         .unwrap();
-    unmount(&point);
     assert!(
         cmp.status.success(),
         "{}",
@@ -687,7 +686,7 @@ fn a_daemon_stalled_past_its_pin_leases_pins_again() {
         &["commit", "--set", "s", src.to_str().unwrap()],
     ));
     let point = t.path().join("m");
-    s3_mount(&st, &t.path().join("mount-host"), &point);
+    let _mount = s3_mount(&st, &t.path().join("mount-host"), &point);
     let wait_for_pins = |what: &str| {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -731,7 +730,6 @@ fn a_daemon_stalled_past_its_pin_leases_pins_again() {
         .arg(point.join("s/latest"))
         .output()
         .unwrap();
-    unmount(&point);
     assert!(
         cmp.status.success(),
         "{}",
@@ -761,7 +759,7 @@ fn concurrent_first_reads_of_a_blob_fetch_it_once() {
         &["commit", "--set", "s", src.to_str().unwrap()],
     ));
     let (host, point) = (t.path().join("mount-host"), t.path().join("m"));
-    s3_mount(&st, &host, &point);
+    let _mount = s3_mount(&st, &host, &point);
     let before = ranged_gets(&st, &host);
     let readers: Vec<_> = (0..4)
         .map(|_| {
@@ -773,7 +771,6 @@ fn concurrent_first_reads_of_a_blob_fetch_it_once() {
         assert!(r.join().unwrap() == data);
     }
     let fetched = ranged_gets(&st, &host) - before;
-    unmount(&point);
     // 24 MiB in 8 MiB ranges: one fill.
     assert_eq!(fetched, 3);
 }
@@ -786,6 +783,7 @@ fn two_mounts_a_materializer_and_a_sweeper_keep_what_readers_hold() {
     let gens: Vec<PathBuf> = (1..=4).map(|g| t.path().join(format!("want{g}"))).collect();
     let store = new_s3_store(&st);
     let committer = t.path().join("committer");
+    let mut mounts = Vec::new();
     for (g, want) in gens.iter().enumerate() {
         for i in 0..30 {
             write(
@@ -803,8 +801,16 @@ fn two_mounts_a_materializer_and_a_sweeper_keep_what_readers_hold() {
         ));
         copy_tree(&src, want);
         if g == 0 {
-            s3_mount(&st, &t.path().join("host-a"), &t.path().join("ma"));
-            s3_mount(&st, &t.path().join("host-b"), &t.path().join("mb"));
+            mounts.push(s3_mount(
+                &st,
+                &t.path().join("host-a"),
+                &t.path().join("ma"),
+            ));
+            mounts.push(s3_mount(
+                &st,
+                &t.path().join("host-b"),
+                &t.path().join("mb"),
+            ));
         }
     }
     let (ma, mb) = (t.path().join("ma/s"), t.path().join("mb/s"));
@@ -889,8 +895,7 @@ fn two_mounts_a_materializer_and_a_sweeper_keep_what_readers_hold() {
     drop(held);
     cwd.kill().unwrap();
     cwd.wait().unwrap();
-    unmount(&t.path().join("ma"));
-    unmount(&t.path().join("mb"));
+    drop(mounts);
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -926,9 +931,36 @@ fn a_blob_too_large_for_the_cache_is_served_by_ranged_reads() {
         .args(["mount", point.to_str().unwrap()])
         .output()
         .unwrap());
+    let want = std::fs::read(src.join("big")).unwrap();
+    // Opened (and verified), then changed on the server: the changed piece
+    // is refused, never served.
+    let mut opened = std::fs::File::open(point.join("r/latest/big")).unwrap();
+    let key = format!("blobs/{}", {
+        let h = blake3::hash(&want).to_hex().to_string();
+        format!("{}/{h}", &h[..2])
+    });
+    let mut changed = want.clone();
+    changed[(5 << 20) / 2] ^= 0x10;
+    overwrite(&st, &key, changed);
+    let mut after = Vec::new();
+    let late = opened.read_to_end(&mut after);
+    // Put back, it reads whole.
+    overwrite(&st, &key, want.clone());
     let read = std::fs::read(point.join("r/latest/big"));
+    drop(opened);
     unmount(&point);
-    assert_eq!(read.unwrap(), std::fs::read(src.join("big")).unwrap());
+    assert_eq!(read.unwrap(), want);
+    assert_eq!(
+        late.unwrap_err().raw_os_error(),
+        Some(libc::EIO),
+        "{} bytes served",
+        after.len()
+    );
+    assert!(
+        after.len() <= 2 << 20,
+        "only the pieces before the change: {}",
+        after.len()
+    );
     let cached = walk_files(&host.join("cache/objects/blobs"));
     assert!(cached.is_empty(), "not kept locally: {cached:?}");
 }

@@ -76,7 +76,7 @@ fn a_killed_server_restarted_leaves_the_store_consistent() {
     ));
     let want1 = std::fs::read(src.join("big")).unwrap();
     let point = t.path().join("m");
-    s3_mount(&st, &t.path().join("mounter"), &point);
+    let _mount = s3_mount(&st, &t.path().join("mounter"), &point);
     let mut held = std::fs::File::open(point.join("n/gens/1/big")).unwrap();
 
     // A second commit pauses once its blobs are uploaded; the server is
@@ -134,5 +134,4 @@ fn a_killed_server_restarted_leaves_the_store_consistent() {
     assert!(data == want1, "open file in generation 1 changed");
     wait_for_latest(&point.join("n/latest"), &src);
     drop(held);
-    unmount(&point);
 }

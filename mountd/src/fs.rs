@@ -34,6 +34,7 @@ use strata::compose::RowPos;
 use strata::error::Error;
 use strata::format::record::State;
 use strata::index::GenIndex;
+use strata::pieces::Pieces;
 use strata::row::{join, BlobLoc, Kind, Row};
 use strata::store::keys;
 use tracing::{error, info, warn};
@@ -64,9 +65,14 @@ enum Handle {
     },
     /// A verified standalone blob read with pread (no passthrough).
     File(File),
-    /// A verified standalone blob of a remote store too large for its local
-    /// cache, read with ranged GETs.
-    Remote { key: String, size: u64 },
+    /// A standalone blob of a remote store too large for its local cache,
+    /// read with ranged GETs, each piece checked against the blob's verified
+    /// BLAKE3 tree (`None`: verification is off).
+    Remote {
+        key: String,
+        size: u64,
+        pieces: Option<Arc<Pieces>>,
+    },
     /// A packed (small) blob, read and verified at the first `read`: with
     /// FOPEN_KEEP_CACHE a warm open whose pages the kernel holds costs nothing.
     Packed(Arc<LazyBlob>),
@@ -130,6 +136,9 @@ pub(crate) struct StrataFs {
     backings: Mutex<HashMap<[u8; 32], Weak<BackingId>>>,
     /// Standalone blobs verified in full during this daemon run.
     verified: Mutex<HashSet<[u8; 32]>>,
+    /// Verified piece trees of remote blobs read by ranged GETs, shared by
+    /// their open handles.
+    remote_pieces: Mutex<HashMap<[u8; 32], Weak<Pieces>>>,
     uid: u32,
     gid: u32,
     started: SystemTime,
@@ -210,6 +219,7 @@ impl StrataFs {
             preserve_owner,
             backings: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashSet::new()),
+            remote_pieces: Mutex::new(HashMap::new()),
             uid,
             gid,
             started: SystemTime::now(),
@@ -542,25 +552,47 @@ impl StrataFs {
         self.verified_as(hasher, digest, what)
     }
 
-    /// Hash a remote blob in ranged reads before serving it.
-    fn verify_remote(&self, key: &str, size: u64, digest: [u8; 32], what: &str) -> Reply<()> {
-        if !self.must_verify(&digest) {
-            return Ok(());
+    /// The verified piece tree of a remote blob served by ranged reads:
+    /// shared while any handle holds it (with `first-open`), else built by
+    /// hashing the blob in ranged reads; `None` when verification is off.
+    fn remote_pieces(
+        &self,
+        key: &str,
+        size: u64,
+        digest: [u8; 32],
+        what: &str,
+    ) -> Reply<Option<Arc<Pieces>>> {
+        if self.verify == VerifyMode::Off {
+            return Ok(None);
         }
-        let mut hasher = blake3::Hasher::new();
-        let mut off = 0;
-        while off < size {
-            let n = REMOTE_CHUNK.min(size - off);
-            let chunk = self
-                .gens
-                .store()
-                .storage()
-                .get_range(key, off, n)
-                .map_err(|e| errno(&e, what))?;
-            hasher.update(&chunk);
-            off += n;
+        let mut known = self
+            .remote_pieces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.verify == VerifyMode::FirstOpen {
+            if let Some(p) = known.get(&digest).and_then(Weak::upgrade) {
+                return Ok(Some(p));
+            }
         }
-        self.verified_as(hasher, digest, what)
+        drop(known);
+        let storage = self.gens.store().storage();
+        let pieces = match Pieces::verify(storage.as_ref(), key, size, &digest) {
+            Ok(p) => Arc::new(p),
+            Err(e) if e.kind() == strata::ErrorKind::Corrupt => {
+                self.stats.verify_failures.fetch_add(1, Ordering::Relaxed);
+                error!("{what} blob={key}: {}; answered EIO", strata::cli_chain(&e));
+                return Err(Errno::EIO);
+            }
+            Err(e) => return Err(errno(&e, what)),
+        };
+        self.mark_verified(digest);
+        known = self
+            .remote_pieces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        known.retain(|_, w| w.strong_count() > 0);
+        known.insert(digest, Arc::downgrade(&pieces));
+        Ok(Some(pieces))
     }
 
     fn mark_verified(&self, digest: [u8; 32]) {
@@ -587,9 +619,6 @@ impl StrataFs {
         Ok(())
     }
 }
-
-/// Ranged GET size when hashing a remote blob that is not cached.
-const REMOTE_CHUNK: u64 = 8 << 20;
 
 impl StrataFs {
     /// The backing id of `digest`: the one its current opens share, or a new one.
@@ -663,11 +692,12 @@ impl StrataFs {
             Errno::EIO
         })?;
         let Some(file) = opened else {
-            self.verify_remote(key, size, digest, what)?;
+            let pieces = self.remote_pieces(key, size, digest, what)?;
             return Ok(Opened::Handle(
                 Handle::Remote {
                     key: key.to_string(),
                     size,
+                    pieces,
                 },
                 FopenFlags::FOPEN_KEEP_CACHE,
             ));
@@ -693,10 +723,14 @@ impl StrataFs {
             let handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
             match handles.get(&fh.0) {
                 Some(Handle::Packed(b)) => b.clone(),
-                Some(Handle::Remote { key, size: total }) => {
-                    let (key, total) = (key.clone(), *total);
+                Some(Handle::Remote {
+                    key,
+                    size: total,
+                    pieces,
+                }) => {
+                    let (key, total, pieces) = (key.clone(), *total, pieces.clone());
                     drop(handles);
-                    return self.read_remote(&key, total, offset, size);
+                    return self.read_remote(&key, total, pieces.as_deref(), offset, size);
                 }
                 Some(Handle::File(f)) | Some(Handle::Passthrough { file: f, .. }) => {
                     let mut buf = vec![0u8; size as usize];
@@ -716,18 +750,34 @@ impl StrataFs {
         Ok(b[start..end].to_vec())
     }
 
-    /// One read of a blob served by ranged GETs (the lock is not held).
-    fn read_remote(&self, key: &str, total: u64, offset: u64, size: u32) -> Reply<Vec<u8>> {
-        let start = offset.min(total);
-        let n = u64::from(size).min(total - start);
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        self.gens
-            .store()
-            .storage()
-            .get_range(key, start, n)
-            .map_err(|e| errno(&e, key))
+    /// One read of a blob served by ranged GETs (the lock is not held),
+    /// checked piece by piece unless verification is off.
+    fn read_remote(
+        &self,
+        key: &str,
+        total: u64,
+        pieces: Option<&Pieces>,
+        offset: u64,
+        size: u32,
+    ) -> Reply<Vec<u8>> {
+        let storage = self.gens.store().storage();
+        let read = match pieces {
+            Some(p) => p.read(storage.as_ref(), offset, u64::from(size)),
+            None => {
+                let start = offset.min(total);
+                let n = u64::from(size).min(total - start);
+                if n == 0 {
+                    return Ok(Vec::new());
+                }
+                storage.get_range_uncached(key, start, n)
+            }
+        };
+        read.map_err(|e| {
+            if e.kind() == strata::ErrorKind::Corrupt {
+                self.stats.verify_failures.fetch_add(1, Ordering::Relaxed);
+            }
+            errno(&e, key)
+        })
     }
 
     fn do_opendir(&self, ino: INodeNo) -> Reply<(Handle, FopenFlags)> {

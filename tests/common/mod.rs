@@ -253,13 +253,24 @@ pub fn strata_s3(dir: &Path, local: &Path, args: &[&str]) -> std::process::Outpu
         .unwrap()
 }
 
+/// A mount that is detached when dropped, so a failing test leaves none.
+#[must_use = "the mount is detached when this is dropped"]
+pub struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        unmount(&self.0);
+    }
+}
+
 /// Mount the S3 store of `dir` at `point` (no policy materializations or
 /// scheduled sweeps), as a host whose local state is `local`.
-pub fn s3_mount(dir: &Path, local: &Path, point: &Path) {
+pub fn s3_mount(dir: &Path, local: &Path, point: &Path) -> Mounted {
     fs::create_dir_all(point).unwrap();
-    let point = point.to_str().unwrap();
-    let args = ["mount", point, "--no-materialize", "--sweep-every", "0s"];
+    let at = point.to_str().unwrap();
+    let args = ["mount", at, "--no-materialize", "--sweep-every", "0s"];
     ok(&strata_s3(dir, local, &args));
+    Mounted(point.to_path_buf())
 }
 
 /// Unmount lazily (a test's readers may still hold files).
