@@ -45,9 +45,7 @@ impl Pieces {
         let mut off = 0;
         while off < size {
             let bytes = storage.get_range_uncached(key, off, FETCH.min(size - off))?;
-            for (i, piece) in bytes.chunks(PIECE as usize).enumerate() {
-                values.push(piece_value(off + i as u64 * PIECE, piece, size));
-            }
+            values.extend(values_at(off, &bytes, size));
             off += bytes.len() as u64;
         }
         if root(&values, size) != *digest {
@@ -104,6 +102,17 @@ impl Pieces {
     }
 }
 
+/// The values of the pieces in `bytes`, which start at `offset` (a multiple
+/// of [`PIECE`]) of a blob of `size` bytes; hashed on all cores.
+pub(crate) fn values_at(offset: u64, bytes: &[u8], size: u64) -> Vec<[u8; 32]> {
+    use rayon::prelude::*;
+    bytes
+        .par_chunks(PIECE as usize)
+        .enumerate()
+        .map(|(i, piece)| piece_value(offset + i as u64 * PIECE, piece, size))
+        .collect()
+}
+
 /// The value a piece is checked by: its chaining value, or for a blob of
 /// one piece, its (root) hash.
 fn piece_value(offset: u64, piece: &[u8], size: u64) -> [u8; 32] {
@@ -117,7 +126,7 @@ fn piece_value(offset: u64, piece: &[u8], size: u64) -> [u8; 32] {
 }
 
 /// The root hash of a blob of `size` bytes from its piece values.
-fn root(values: &[[u8; 32]], size: u64) -> [u8; 32] {
+pub(crate) fn root(values: &[[u8; 32]], size: u64) -> [u8; 32] {
     if size <= PIECE {
         return values
             .first()
@@ -159,11 +168,7 @@ mod tests {
     use super::*;
 
     fn values_of(data: &[u8]) -> Vec<[u8; 32]> {
-        let size = data.len() as u64;
-        data.chunks(PIECE as usize)
-            .enumerate()
-            .map(|(i, p)| piece_value(i as u64 * PIECE, p, size))
-            .collect()
+        values_at(0, data, data.len() as u64)
     }
 
     #[test]

@@ -206,7 +206,8 @@ fn a_paused_committer_is_fenced_and_its_staging_reclaimed() {
 fn corruption_on_the_server_is_caught_through_a_fresh_cache() {
     let t = tempfile::tempdir().unwrap();
     let (src, st) = (t.path().join("src"), t.path().join("store"));
-    write(&src, "big", &noise(7, 3 << 20));
+    // Over one 8 MiB ranged part: hashed as its parts arrive.
+    write(&src, "big", &noise(7, 9 << 20));
     write(&src, "small", b"small file");
     settle();
     let store = new_s3_store(&st);
@@ -239,10 +240,17 @@ fn corruption_on_the_server_is_caught_through_a_fresh_cache() {
         String::from_utf8_lossy(&out.stdout).contains(&blobs[0][9..])
             || String::from_utf8_lossy(&out.stderr).contains(&blobs[0][9..])
     );
-    assert!(
-        !fresh.join("cache/objects").join(&blobs[0]).exists(),
-        "a copy that does not hash to its name is never cached"
-    );
+    // Through a mount, whose open fetches it in parallel parts.
+    let (host, point) = (t.path().join("mount-host"), t.path().join("m"));
+    let _mount = s3_mount(&st, &host, &point);
+    let read = std::fs::read(point.join("c/latest/big"));
+    assert_eq!(read.unwrap_err().raw_os_error(), Some(libc::EIO));
+    for h in [&fresh, &host] {
+        assert!(
+            !h.join("cache/objects").join(&blobs[0]).exists(),
+            "a copy that does not hash to its name is never cached"
+        );
+    }
 }
 
 /// Replace an object's bytes behind strata's back (what bit rot or a bad

@@ -4,16 +4,22 @@
 //! and standalone blobs. Every one of them is named by a digest of its whole
 //! content (SHA-256, or BLAKE3 for blobs; docs/FORMAT.md "Layout"), so a copy
 //! is admitted only after its content hashes to its name: the cache can
-//! never serve bytes the store does not hold. Copies are written under a
-//! temporary name, fsynced and renamed, so a crash leaves nothing
-//! half-visible, and they survive restarts. Several processes of one host
-//! (the CLI beside a daemon) may share the directory; each keeps its own
-//! view of recency and budget, so together they may exceed it briefly. The
-//! total size is bounded: past the budget the least recently used copies are
-//! removed (recency is kept in memory and seeded from file times at start).
-//! Removing a copy never disturbs a reader that has it open. A copy that
-//! later fails a check (the local disk changed it) is dropped and fetched
-//! again: [`crate::Store::read_fresh`] and the mount's open do that.
+//! never serve bytes the store does not hold.
+//!
+//! Copies are written under a temporary name and renamed, and they survive
+//! restarts. They are not fsynced: a power loss may leave a torn copy under
+//! its name, but readers check what they serve (a blob at a process's first
+//! open; manifests, segments and packed files as they are parsed or
+//! decoded), and a copy that fails a check is dropped and fetched again
+//! ([`crate::Store::read_fresh`], the mount's open), so a torn or otherwise
+//! changed copy costs a download, never a wrong byte.
+//!
+//! Several processes of one host (the CLI beside a daemon) may share the
+//! directory; each keeps its own view of recency and budget, so together
+//! they may exceed it briefly. The total size is bounded: past the budget
+//! the least recently used copies are removed (recency is kept in memory and
+//! seeded from file times at start). Removing a copy never disturbs a reader
+//! that has it open.
 
 use crate::error::{Error, IoContext, Result};
 use sha2::{Digest, Sha256};
@@ -148,8 +154,13 @@ impl Cache {
 
     /// Verify a filled temporary file against the name of `key` and make it
     /// the cached copy; a mismatch removes it and is reported as corruption.
-    pub(crate) fn admit(&self, key: &str, tmp: &Path) -> Result<()> {
-        let verdict = verify(key, tmp);
+    /// `blake3`: the hash of the content, taken while it was written (for a
+    /// blob, then not read again).
+    pub(crate) fn admit(&self, key: &str, tmp: &Path, blake3: Option<[u8; 32]>) -> Result<()> {
+        let verdict = match blake3 {
+            Some(hash) if key.starts_with("blobs/") => matches_name(key, &hex::encode(hash)),
+            _ => verify(key, tmp),
+        };
         if let Err(e) = verdict {
             let _ = fs::remove_file(tmp);
             return Err(e);
@@ -160,8 +171,7 @@ impl Cache {
             return Ok(());
         }
         let path = self.path(key);
-        let synced = File::open(tmp).and_then(|f| f.sync_all());
-        if let Err(e) = synced.and_then(|()| fs::rename(tmp, &path)) {
+        if let Err(e) = fs::rename(tmp, &path) {
             let _ = fs::remove_file(tmp);
             return Err(Error::io("admit", &path, e));
         }
@@ -226,7 +236,7 @@ impl Cache {
 }
 
 fn verify(key: &str, file: &Path) -> Result<()> {
-    let Some((hash, want)) = named_digest(key) else {
+    let Some((hash, _)) = named_digest(key) else {
         return Err(Error::Internal(format!(
             "not a content-named object: key=`{key}`"
         )));
@@ -251,7 +261,12 @@ fn verify(key: &str, file: &Path) -> Result<()> {
         Hash::Sha256 => hex::encode(sha.finalize()),
         Hash::Blake3 => b3.finalize().to_hex().to_string(),
     };
-    if got != want {
+    matches_name(key, &got)
+}
+
+/// `Corrupt` unless `got` (lower-case hex) is the digest `key` is named by.
+fn matches_name(key: &str, got: &str) -> Result<()> {
+    if named_digest(key).map(|(_, want)| want) != Some(got) {
         return Err(Error::corrupt(
             "object",
             key,

@@ -325,8 +325,17 @@ impl Remote {
         Ok(bytes)
     }
 
-    /// Download `size` bytes of `key` into `file` with parallel ranged GETs.
-    pub(crate) fn download(&self, key: &str, size: u64, file: &File) -> Result<()> {
+    /// Download `size` bytes of `key` into `file` with parallel ranged GETs;
+    /// with `blake3`, also the BLAKE3 hash of what was written, each part
+    /// hashed as it arrives (its pieces' chaining values, [`crate::pieces`]),
+    /// so verifying the copy costs no second pass.
+    pub(crate) fn download(
+        &self,
+        key: &str,
+        size: u64,
+        file: &File,
+        blake3: bool,
+    ) -> Result<Option<[u8; 32]>> {
         let path = self.path(key);
         let parts: Vec<(u64, u64)> = (0..size.div_ceil(RANGED_PART))
             .map(|i| {
@@ -334,7 +343,7 @@ impl Remote {
                 (start, (start + RANGED_PART).min(size))
             })
             .collect();
-        self.block(async {
+        let parts = self.block(async {
             futures::stream::iter(parts)
                 .map(|(start, end)| {
                     let store = self.store.clone();
@@ -346,12 +355,23 @@ impl Remote {
                 .map(|(start, r)| {
                     let bytes = r.map_err(|e| Self::err("get-range", key, e))?;
                     file.write_all_at(&bytes, start)
-                        .map_err(|e| Error::io("write-cache", key, e))
+                        .map_err(|e| Error::io("write-cache", key, e))?;
+                    let values = match blake3 {
+                        true => crate::pieces::values_at(start, &bytes, size),
+                        false => Vec::new(),
+                    };
+                    Ok((start, values))
                 })
-                .try_collect::<Vec<()>>()
+                .try_collect::<Vec<(u64, Vec<[u8; 32]>)>>()
                 .await
-        })?;
-        Ok(())
+        });
+        let mut parts = parts?;
+        if !blake3 {
+            return Ok(None);
+        }
+        parts.sort_by_key(|(start, _)| *start);
+        let values: Vec<[u8; 32]> = parts.into_iter().flat_map(|(_, v)| v).collect();
+        Ok(Some(crate::pieces::root(&values, size)))
     }
 
     /// Size of an object, `None` if absent.

@@ -85,18 +85,23 @@ impl S3Storage {
         }
         let (tmp, file) = self.cache.temp(key)?;
         let filled = if size >= RANGED_PART {
-            self.remote.download(key, size, &file)
+            self.remote
+                .download(key, size, &file, key.starts_with("blobs/"))
         } else {
             self.remote
                 .get(key, size)
                 .and_then(|got| got.ok_or_else(|| not_found(key)))
                 .and_then(|(b, _)| file.write_all_at(&b, 0).ctx("write", &tmp))
+                .map(|()| None)
         };
-        if let Err(e) = filled {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
-        }
-        self.cache.admit(key, &tmp)?;
+        let blake3 = match filled {
+            Ok(hash) => hash,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        self.cache.admit(key, &tmp, blake3)?;
         Ok(self.cache.open_copy(key))
     }
 
@@ -194,7 +199,7 @@ impl Storage for S3Storage {
             // Keep a verified copy; a failure to keep one is not a read error.
             if let Ok((tmp, f)) = self.cache.temp(key) {
                 if f.write_all_at(&bytes, 0).is_ok() {
-                    let _ = self.cache.admit(key, &tmp);
+                    let _ = self.cache.admit(key, &tmp, None);
                 } else {
                     let _ = fs::remove_file(&tmp);
                 }
