@@ -2,11 +2,10 @@
 # Object-store benchmark: the same tree in a local store and in a store on a
 # local S3-compatible server (SeaweedFS, scripts/s3-server.sh), side by side
 # in one run: commit, then find / grep -r / cat of a 512 MiB file through
-# the mount: cold (daemon restarted, kernel caches dropped; for the S3 store
-# once with strata's local cache wiped and once with it warm from an earlier
-# run) and warm (both mounts primed by one untimed run, then timed
-# alternately, local then S3, WARM_RUNS times; medians and the median of
-# the per-pair ratios). Remote requests per operation come from the
+# the mount: with S3's local cache empty (once), cold (daemons restarted,
+# kernel caches dropped, S3's cache warm; local then S3, COLD_RUNS times)
+# and warm (both mounts primed by one untimed run, then local then S3,
+# WARM_RUNS times); medians, and the median of the per-pair ratios. Remote requests per operation come from the
 # daemon's request counters (`strata status --json`).
 #   scripts/bench/s3.sh [mixed] [WORKDIR]   (mixed: 30k files, 1.5 GiB)
 # Prints a Markdown table and writes it to WORKDIR/s3-results.md.
@@ -29,6 +28,7 @@ for m in "$WORK"/mnt-*; do mountpoint -q "$m" 2>/dev/null && umount -l "$m"; don
 rm -rf "$WORK/local" "$WORK/s3host" && mkdir -p "$WORK/mnt-local" "$WORK/mnt-s3"
 RESULTS="$WORK/s3-results.md"
 WARM_RUNS="${WARM_RUNS:-5}"
+COLD_RUNS="${COLD_RUNS:-3}"
 TREE="$WORK/tree"
 LOCAL=(--store "$WORK/local")
 S3=(--store "s3://$STRATA_TEST_S3_BUCKET/bench-$(date +%s)" --s3-endpoint "$STRATA_TEST_S3_ENDPOINT"
@@ -66,7 +66,7 @@ declare -A CMD=(
     [cat]="cat DIR/b/latest/media/big.bin"
 )
 OPS="find grep cat"
-WARM_LOG=""
+RUN_LOG=""
 run() { secs bash -c "${CMD[$1]//DIR/$2}"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 prime() { bash -c "${CMD[$1]//DIR/$2}" >/dev/null; }
@@ -74,27 +74,40 @@ prime() { bash -c "${CMD[$1]//DIR/$2}" >/dev/null; }
 printf '# object-store benchmark, %s, %s cores, kernel %s\n\n' "$(date -u +%F)" "$(nproc)" "$(uname -r)" | tee "$RESULTS"
 printf 'tree: %s files, %s bytes; commit (page cache dropped first): local %s s, S3 %s s\n\n' \
     "$(find "$TREE" -type f | wc -l)" "$(du -sb "$TREE" | cut -f1)" "$commit_local" "$commit_s3" | tee -a "$RESULTS"
-printf '| op | local cold | S3 empty cache | requests | S3 warm cache, cold kernel | requests | local warm | S3 warm | S3/local warm |\n|---|---|---|---|---|---|---|---|---|\n' | tee -a "$RESULTS"
-for op in $OPS; do
+printf '| op | local cold | S3 empty cache | requests | S3 warm cache, cold kernel | requests | S3/local cold | local warm | S3 warm | S3/local warm |\n|---|---|---|---|---|---|---|---|---|---|\n' | tee -a "$RESULTS"
+ratio() { awk -v s="$1" -v l="$2" 'BEGIN { if (l > 0) printf "%.2f", s / l; else print "inf" }'; }
+restart_local() {
     "$STRATA" "${LOCAL[@]}" unmount "$WORK/mnt-local" >/dev/null
     "$STRATA" "${LOCAL[@]}" mount "$WORK/mnt-local" >/dev/null
-    cold; lc=$(run "$op" "$WORK/mnt-local")
+}
+for op in $OPS; do
     rm -rf "$WORK/s3host/cache"; mount_s3; cold
     r0=$(requests); se=$(run "$op" "$WORK/mnt-s3"); re=$(( $(requests) - r0 ))
-    unmount_s3; mount_s3; cold
-    r0=$(requests); sc=$(run "$op" "$WORK/mnt-s3"); rc=$(( $(requests) - r0 ))
+    unmount_s3
+    # Cold kernel, daemons restarted, alternating; S3 with its cache warm.
+    lcs=(); scs=(); rcs=(); cratios=()
+    for _ in $(seq "$COLD_RUNS"); do
+        restart_local; cold; l=$(run "$op" "$WORK/mnt-local")
+        mount_s3; cold
+        r0=$(requests); s=$(run "$op" "$WORK/mnt-s3"); rcs+=($(( $(requests) - r0 )))
+        unmount_s3
+        lcs+=("$l"); scs+=("$s"); cratios+=("$(ratio "$s" "$l")")
+    done
+    mount_s3
     prime "$op" "$WORK/mnt-local"; prime "$op" "$WORK/mnt-s3"
-    lws=(); sws=(); ratios=()
+    lws=(); sws=(); wratios=()
     for _ in $(seq "$WARM_RUNS"); do
         l=$(run "$op" "$WORK/mnt-local"); s=$(run "$op" "$WORK/mnt-s3")
-        lws+=("$l"); sws+=("$s"); ratios+=("$(awk -v s="$s" -v l="$l" 'BEGIN { if (l > 0) printf "%.2f", s / l; else print "inf" }')")
+        lws+=("$l"); sws+=("$s"); wratios+=("$(ratio "$s" "$l")")
     done
     unmount_s3
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$op" "$lc" "$se" "$re" "$sc" "$rc" \
-        "$(median "${lws[@]}")" "$(median "${sws[@]}")" "$(median "${ratios[@]}")" | tee -a "$RESULTS"
-    WARM_LOG+="$op warm, alternating: local ${lws[*]}; S3 ${sws[*]}"$'\n'
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$op" "$(median "${lcs[@]}")" "$se" "$re" \
+        "$(median "${scs[@]}")" "$(median "${rcs[@]}")" "$(median "${cratios[@]}")" \
+        "$(median "${lws[@]}")" "$(median "${sws[@]}")" "$(median "${wratios[@]}")" | tee -a "$RESULTS"
+    RUN_LOG+="$op cold, alternating: local ${lcs[*]}; S3 ${scs[*]}"$'\n'
+    RUN_LOG+="$op warm, alternating: local ${lws[*]}; S3 ${sws[*]}"$'\n'
 done
-printf '\n%s' "$WARM_LOG" | tee -a "$RESULTS"
+printf '\n%s' "$RUN_LOG" | tee -a "$RESULTS"
 printf '\nS3 commit %s\n' "$commit_s3_req" | tee -a "$RESULTS"
 # The server's own throughput for the big blob: one plain GET, and the same
 # 8 MiB ranges 8 at a time (what the cache fill does), by curl.
