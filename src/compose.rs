@@ -17,10 +17,10 @@ use crate::row::{key_cmp, split, Kind, Row};
 use crate::store::{keys, Store};
 use std::cmp::Ordering;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Segments kept parsed in memory per representation.
-const SEGMENT_CACHE: usize = 4;
+const SEGMENT_CACHE: usize = 8;
 /// Decoded row groups kept per representation.
 const GROUP_CACHE: usize = 32;
 
@@ -67,11 +67,11 @@ pub fn load_segment(store: &Store, name: &str, size: u64) -> Result<Segment> {
     let key = keys::segment(name);
     store.read_fresh(&key, || {
         let bytes = store.storage().get(&key, MAX_SEGMENT_BYTES)?;
-        parse_segment(name, size, bytes)
+        parse_segment(store, name, size, bytes)
     })
 }
 
-fn parse_segment(name: &str, size: u64, bytes: Vec<u8>) -> Result<Segment> {
+fn parse_segment(store: &Store, name: &str, size: u64, bytes: Vec<u8>) -> Result<Segment> {
     if bytes.len() as u64 != size {
         return Err(Error::corrupt(
             "segment",
@@ -82,7 +82,12 @@ fn parse_segment(name: &str, size: u64, bytes: Vec<u8>) -> Result<Segment> {
             ),
         ));
     }
-    Segment::parse(name, bytes)
+    if store.segment_verified(name, false) {
+        return Segment::parse_verified(name, bytes);
+    }
+    let segment = Segment::parse(name, bytes)?;
+    store.segment_verified(name, true);
+    Ok(segment)
 }
 
 /// One representation: a manifest and its segments.
@@ -135,7 +140,12 @@ impl Representation {
     }
 
     fn segment(&self, i: usize) -> Result<Arc<Segment>> {
-        if let Some(s) = self.segments.lock().expect("segment cache").get(&i) {
+        if let Some(s) = self
+            .segments
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&i)
+        {
             return Ok(s);
         }
         let r = &self.manifest.segments[i];
@@ -149,21 +159,33 @@ impl Representation {
         }
         self.segments
             .lock()
-            .expect("segment cache")
+            .unwrap_or_else(PoisonError::into_inner)
             .put(i, seg.clone());
         Ok(seg)
     }
 
     fn group(&self, seg: usize, group: usize) -> Result<Arc<Vec<Row>>> {
-        if let Some(g) = self.groups.lock().expect("group cache").get(&(seg, group)) {
+        if let Some(g) = self
+            .groups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(seg, group))
+        {
             return Ok(g);
         }
-        let rows = Arc::new(self.segment(seg)?.read_group(group)?);
-        self.check_bounds(seg, group, &rows)?;
+        let rows = Arc::new(self.read_group(seg, group)?);
         self.groups
             .lock()
-            .expect("group cache")
+            .unwrap_or_else(PoisonError::into_inner)
             .put((seg, group), rows.clone());
+        Ok(rows)
+    }
+
+    /// One row group, decoded and checked, bypassing the group cache (for
+    /// scans, which read each group once).
+    fn read_group(&self, seg: usize, group: usize) -> Result<Vec<Row>> {
+        let rows = self.segment(seg)?.read_group(group)?;
+        self.check_bounds(seg, group, &rows)?;
         Ok(rows)
     }
 
@@ -221,6 +243,7 @@ impl Representation {
             group: 0,
             rows: Arc::new(Vec::new()),
             pos: 0,
+            scan: false,
         };
         if seg < self.bounds.len() {
             c.group = self.segment(seg)?.group_for(parent, name);
@@ -268,7 +291,8 @@ impl Representation {
         Ok(())
     }
 
-    /// Every row in key order.
+    /// Every row in key order (a scan: groups are decoded for it alone,
+    /// not cached, and their rows moved out rather than copied).
     pub fn rows(&self) -> Result<Cursor<'_>> {
         let mut c = Cursor {
             rep: self,
@@ -276,6 +300,7 @@ impl Representation {
             group: 0,
             rows: Arc::new(Vec::new()),
             pos: 0,
+            scan: true,
         };
         if !self.bounds.is_empty() {
             c.load()?;
@@ -291,11 +316,16 @@ pub struct Cursor<'a> {
     group: usize,
     rows: Arc<Vec<Row>>,
     pos: usize,
+    /// A scan: groups bypass the cache and rows are moved out.
+    scan: bool,
 }
 
 impl Cursor<'_> {
     fn load(&mut self) -> Result<()> {
-        self.rows = self.rep.group(self.seg, self.group)?;
+        self.rows = match self.scan {
+            true => Arc::new(self.rep.read_group(self.seg, self.group)?),
+            false => self.rep.group(self.seg, self.group)?,
+        };
         self.pos = 0;
         Ok(())
     }
@@ -326,12 +356,28 @@ impl Cursor<'_> {
             }
         }
         self.pos += 1;
+        let i = self.pos - 1;
         let at = RepPos {
             seg: self.seg as u32,
             group: self.group as u32,
-            idx: (self.pos - 1) as u32,
+            idx: i as u32,
         };
-        Ok(Some((self.rows[self.pos - 1].clone(), at)))
+        // A group nobody else holds (a scan's) gives its rows up.
+        let row = match Arc::get_mut(&mut self.rows) {
+            Some(rows) => take_row(&mut rows[i]),
+            None => self.rows[i].clone(),
+        };
+        Ok(Some((row, at)))
+    }
+}
+
+/// Move a row's contents out, leaving empty buffers behind.
+fn take_row(r: &mut Row) -> Row {
+    Row {
+        parent: std::mem::take(&mut r.parent),
+        name: std::mem::take(&mut r.name),
+        target: r.target.take(),
+        ..*r
     }
 }
 
@@ -533,6 +579,7 @@ impl Representation {
             group: 0,
             rows: Arc::new(Vec::new()),
             pos: 0,
+            scan: true,
         }
     }
 }

@@ -9,8 +9,9 @@ use crate::failpoint::FailPoints;
 use crate::format::parse_versioned;
 use crate::storage::{LocalStorage, PutOutcome, Storage};
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// 1: initial layout.
 pub const STORE_VERSION: u32 = 1;
@@ -29,6 +30,8 @@ struct StoreMarker {
 pub struct Store {
     storage: Arc<dyn Storage>,
     failpoints: FailPoints,
+    /// Segments whose SHA-256 this process has checked (by name).
+    verified_segments: Arc<Mutex<HashSet<String>>>,
 }
 
 /// Default local store: `$STRATA_STORE`, else `$XDG_DATA_HOME/strata`, else
@@ -76,6 +79,7 @@ impl Store {
         Ok(Store {
             storage,
             failpoints: FailPoints::none(),
+            verified_segments: Arc::default(),
         })
     }
 
@@ -96,6 +100,19 @@ impl Store {
             Err(e) if e.kind() == ErrorKind::Corrupt && self.storage().evict_copy(key) => read(),
             r => r,
         }
+    }
+
+    /// Whether this process has checked the segment `name` against its
+    /// SHA-256 already; `mark` records that it just did.
+    pub(crate) fn segment_verified(&self, name: &str, mark: bool) -> bool {
+        let mut set = self
+            .verified_segments
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if mark {
+            set.insert(name.to_string());
+        }
+        set.contains(name)
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
