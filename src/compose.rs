@@ -181,9 +181,19 @@ impl Representation {
         Ok(rows)
     }
 
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.bounds.len()
+    }
+
+    /// Number of row groups of segment `seg`.
+    pub fn group_count(&self, seg: usize) -> Result<usize> {
+        Ok(self.segment(seg)?.group_count())
+    }
+
     /// One row group, decoded and checked, bypassing the group cache (for
     /// scans, which read each group once).
-    fn read_group(&self, seg: usize, group: usize) -> Result<Vec<Row>> {
+    pub fn read_group(&self, seg: usize, group: usize) -> Result<Vec<Row>> {
         let rows = self.segment(seg)?.read_group(group)?;
         self.check_bounds(seg, group, &rows)?;
         Ok(rows)

@@ -35,33 +35,44 @@ impl IdentityHasher {
 
     /// Feed one live row (tombstones are not part of a tree).
     pub fn push(&mut self, row: &Row) {
-        debug_assert!(row.kind != Kind::Tombstone);
-        let h = &mut self.run;
-        let path_len = match row.parent.len() {
-            0 => row.name.len(),
-            p => p + 1 + row.name.len(),
-        };
-        h.extend_from_slice(&(path_len as u32).to_le_bytes());
-        if !row.parent.is_empty() {
-            h.extend_from_slice(&row.parent);
-            h.push(b'/');
+        encode_row(row, &mut self.run);
+        if self.run.len() >= RUN {
+            self.hasher.update(&self.run);
+            self.run.clear();
         }
-        h.extend_from_slice(&row.name);
-        h.push(row.kind.code());
-        h.extend_from_slice(&row.mode.to_le_bytes());
-        h.extend_from_slice(&row.size.to_le_bytes());
-        h.extend_from_slice(row.digest.as_ref().unwrap_or(&[0u8; 32]));
-        let target = row.target.as_deref().unwrap_or(&[]);
-        h.extend_from_slice(&(target.len() as u32).to_le_bytes());
-        h.extend_from_slice(target);
-        if h.len() >= RUN {
-            self.hasher.update(h);
-            h.clear();
-        }
+    }
+
+    /// Feed rows encoded with [`encode_row`] elsewhere (in row order).
+    pub fn push_encoded(&mut self, encoded: &[u8]) {
+        self.hasher.update(&self.run);
+        self.run.clear();
+        self.hasher.update(encoded);
     }
 
     pub fn finish(mut self) -> String {
         self.hasher.update(&self.run);
         self.hasher.finalize().to_hex().to_string()
     }
+}
+
+/// Append what identity hashes of one live row to `out`.
+pub fn encode_row(row: &Row, out: &mut Vec<u8>) {
+    debug_assert!(row.kind != Kind::Tombstone);
+    let path_len = match row.parent.len() {
+        0 => row.name.len(),
+        p => p + 1 + row.name.len(),
+    };
+    out.extend_from_slice(&(path_len as u32).to_le_bytes());
+    if !row.parent.is_empty() {
+        out.extend_from_slice(&row.parent);
+        out.push(b'/');
+    }
+    out.extend_from_slice(&row.name);
+    out.push(row.kind.code());
+    out.extend_from_slice(&row.mode.to_le_bytes());
+    out.extend_from_slice(&row.size.to_le_bytes());
+    out.extend_from_slice(row.digest.as_ref().unwrap_or(&[0u8; 32]));
+    let target = row.target.as_deref().unwrap_or(&[]);
+    out.extend_from_slice(&(target.len() as u32).to_le_bytes());
+    out.extend_from_slice(target);
 }

@@ -788,25 +788,93 @@ fn verify_output(store: &Store, manifest: &str, view: &GenView) -> Result<u64> {
         .flat_map(|r| r.manifest.packs.iter())
         .filter_map(|p| hex::decode(&p.name).ok()?.try_into().ok())
         .collect();
+    let check = |seg| check_segment(store, &rep, seg, &source_packs, &bad);
     let mut hasher = IdentityHasher::new();
-    let mut cursor = rep.rows()?;
-    let mut prev: Option<Row> = None;
+    let mut last: Option<Row> = None;
     let mut n = 0u64;
-    while let Some(r) = cursor.next_row()? {
-        if prev.as_ref().is_some_and(|p| p.key_cmp(&r).is_ge()) {
-            return Err(bad("rows out of key order"));
-        }
-        if let BlobLoc::Packed { pack, .. } = r.blob {
-            if !source_packs.contains(&pack) {
-                crate::blob::packed_frame(store, &r)?;
+    let segments: Vec<usize> = (0..rep.segment_count()).collect();
+    for batch in segments.chunks(VERIFY_PARALLEL) {
+        for checked in check_parallel(batch, &check) {
+            let checked = checked?;
+            let joins = match (&last, &checked.first) {
+                (Some(l), Some(f)) => l.key_cmp(f).is_lt(),
+                _ => true,
+            };
+            if !joins {
+                return Err(bad("rows out of key order"));
             }
+            hasher.push_encoded(&checked.encoded);
+            n += checked.rows;
+            last = checked.last.or(last);
         }
-        hasher.push(&r);
-        n += 1;
-        prev = Some(r);
     }
     if hasher.finish() != view.pin.record.identity || n != rep.manifest.counts.rows {
         return Err(bad("identity or row count differs"));
     }
     Ok(n)
+}
+
+/// Output segments checked at once (each on its own thread, which decodes
+/// and drops its own rows; only the encoded identity bytes cross over).
+const VERIFY_PARALLEL: usize = 2;
+
+/// What checking one output segment found.
+struct CheckedSegment {
+    first: Option<Row>,
+    last: Option<Row>,
+    /// The identity encoding of its rows, in order.
+    encoded: Vec<u8>,
+    rows: u64,
+}
+
+fn check_parallel(
+    segments: &[usize],
+    check: &(impl Fn(usize) -> Result<CheckedSegment> + Sync),
+) -> Vec<Result<CheckedSegment>> {
+    std::thread::scope(|s| {
+        let running: Vec<_> = segments.iter().map(|&i| s.spawn(move || check(i))).collect();
+        running
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Internal("a verify thread panicked".into())))
+            })
+            .collect()
+    })
+}
+
+/// Decode segment `seg` of the output, check its rows ascend and its
+/// relocated frames, and encode its rows for the identity.
+fn check_segment(
+    store: &Store,
+    rep: &Representation,
+    seg: usize,
+    source_packs: &HashSet<[u8; 32]>,
+    bad: &(impl Fn(&str) -> Error + Sync),
+) -> Result<CheckedSegment> {
+    let mut out = CheckedSegment {
+        first: None,
+        last: None,
+        encoded: Vec::new(),
+        rows: 0,
+    };
+    for group in 0..rep.group_count(seg)? {
+        for r in rep.read_group(seg, group)? {
+            if out.last.as_ref().is_some_and(|p| p.key_cmp(&r).is_ge()) {
+                return Err(bad("rows out of key order"));
+            }
+            if let BlobLoc::Packed { pack, .. } = r.blob {
+                if !source_packs.contains(&pack) {
+                    crate::blob::packed_frame(store, &r)?;
+                }
+            }
+            crate::identity::encode_row(&r, &mut out.encoded);
+            out.rows += 1;
+            if out.first.is_none() {
+                out.first = Some(r.clone());
+            }
+            out.last = Some(r);
+        }
+    }
+    Ok(out)
 }
