@@ -832,7 +832,10 @@ fn check_parallel(
     check: &(impl Fn(usize) -> Result<CheckedSegment> + Sync),
 ) -> Vec<Result<CheckedSegment>> {
     std::thread::scope(|s| {
-        let running: Vec<_> = segments.iter().map(|&i| s.spawn(move || check(i))).collect();
+        let running: Vec<_> = segments
+            .iter()
+            .map(|&i| s.spawn(move || check(i)))
+            .collect();
         running
             .into_iter()
             .map(|h| {
