@@ -420,3 +420,72 @@ fn a_covered_path_under_a_symlinked_ancestor_is_not_followed_out_of_the_tree() {
     assert_eq!(g[&b"x"[..]].kind, "symlink");
     assert_eq!(g[&b"keep"[..]].data, b"changed");
 }
+
+/// Ingest safety: while commits run, a directory of the tree is swapped
+/// again and again for a symlink to a directory outside it holding the same
+/// names. No commit may read outside the tree: every generation holds
+/// either the real directory's bytes or the symlink itself.
+#[test]
+fn a_directory_swapped_for_a_symlink_during_commits_never_leads_outside() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let t = tempfile::tempdir().unwrap();
+    let (src, outside) = (t.path().join("src"), t.path().join("outside"));
+    for i in 0..20 {
+        write(&src, &format!("d/f{i}"), b"inside");
+        write(&outside, &format!("f{i}"), b"SECRET");
+    }
+    write(&src, "d/sub/g", b"inside");
+    write(&outside, "sub/g", b"SECRET");
+    let store = new_store(&t.path().join("store"));
+    let stop = AtomicBool::new(false);
+    let (mut published, mut refused) = (0, 0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let (d, parked) = (src.join("d"), src.join("d.parked"));
+            while !stop.load(Ordering::Relaxed) {
+                fs::rename(&d, &parked).unwrap();
+                std::os::unix::fs::symlink(&outside, &d).unwrap();
+                std::thread::yield_now();
+                fs::remove_file(&d).unwrap();
+                fs::rename(&parked, &d).unwrap();
+            }
+        });
+        // Stops the swapper however this thread leaves (a failed assertion
+        // included), so the scope can end.
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(4);
+        let mut round = 0usize;
+        while std::time::Instant::now() < deadline {
+            round += 1;
+            let mut o = strata::commit::CommitOptions::new("s", &src);
+            if round % 2 == 0 {
+                let paths = vec![b"d/f3".to_vec(), b"d/sub/g".to_vec()];
+                o.scope = strata::commit::Scope::from_paths(&paths).unwrap();
+            }
+            let progress = std::sync::Arc::new(strata::commit::Progress::default());
+            match strata::commit::commit(&store, &o, progress) {
+                Ok(_) => published += 1,
+                Err(strata::Error::Unreadable(_)) => refused += 1,
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+            if published == 0 {
+                continue;
+            }
+            for (path, entry) in &snapshot_gen(&store, "s", None) {
+                let path = String::from_utf8_lossy(path);
+                assert_ne!(
+                    entry.data, b"SECRET",
+                    "{path} was read from outside the tree"
+                );
+            }
+        }
+    });
+    eprintln!("{published} commits published, {refused} refused a path that changed under them");
+    assert!(published > 0, "no commit got through in {refused} attempts");
+}

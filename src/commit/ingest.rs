@@ -7,6 +7,7 @@
 //! the journal and the open pack, so journal records of packed blobs are
 //! written only once their pack is sealed and in its final name.
 
+use super::beneath::Beneath;
 use super::walk::stat_row;
 use super::{Progress, Staging};
 use crate::error::{IoContext, Result};
@@ -194,11 +195,27 @@ pub(crate) fn hash_job(
     dedup: &DedupIndex,
     progress: &Progress,
 ) -> SinkMsg {
-    let HashJob { row, abs, prev } = job;
+    let HashJob {
+        row,
+        abs,
+        root,
+        prev,
+    } = job;
     let path = row.path();
     let mut last = None;
     for _ in 0..READ_ATTEMPTS {
-        match read_file(row.clone(), &abs, staging, dedup, prev.as_ref(), progress) {
+        let file = root.open_file(&path).ctx("open", &abs);
+        match file.and_then(|f| {
+            read_file(
+                row.clone(),
+                f,
+                &abs,
+                staging,
+                dedup,
+                prev.as_ref(),
+                progress,
+            )
+        }) {
             Ok(Some(msg)) => return msg,
             Ok(None) => last = Some("changed while being read".to_string()),
             Err(e) => {
@@ -220,28 +237,22 @@ pub(crate) fn hash_job(
 /// A file the walk found new or changed.
 pub(crate) struct HashJob {
     pub row: Row,
+    /// For messages only: the file is opened through `root`.
     pub abs: PathBuf,
+    pub root: Arc<Beneath>,
     pub prev: Option<Row>,
-}
-
-fn open_nofollow(abs: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(abs)
-        .ctx("open", abs)
 }
 
 /// `Ok(None)` when the file changed between fstat before and after reading.
 fn read_file(
     walk: Row,
+    file: File,
     abs: &Path,
     staging: &Path,
     dedup: &DedupIndex,
     prev: Option<&Row>,
     progress: &Progress,
 ) -> Result<Option<SinkMsg>> {
-    let file = open_nofollow(abs)?;
     let before = file.metadata().ctx("fstat", abs)?;
     if !before.is_file() {
         return Ok(None);

@@ -7,6 +7,7 @@
 //! → publish. Every durability step is a [`Step`]; a process killed at any of
 //! them leaves the store at its last committed generation (invariant 7).
 
+mod beneath;
 mod ingest;
 mod walk;
 
@@ -454,6 +455,8 @@ fn observe(
     journal: JournalWriter,
     progress: &Arc<Progress>,
 ) -> Result<(WalkStats, JournalWriter)> {
+    let beneath = beneath::Beneath::open(&opts.dir).map_err(|e| Error::io("open", &opts.dir, e))?;
+    let beneath = Arc::new(beneath);
     let (tx, sink) = spawn_sink(store, staging, journal, progress.clone());
     let pool = rayon::ThreadPoolBuilder::new()
         .thread_name(|i| format!("strata-hash-{i}"))
@@ -479,7 +482,14 @@ fn observe(
             });
             Ok(())
         };
-        let mut walker = Walker::new(&opts.dir, parent, generation, &mut emit, &progress.walked);
+        let mut walker = Walker::new(
+            &opts.dir,
+            beneath,
+            parent,
+            generation,
+            &mut emit,
+            &progress.walked,
+        );
         let res = walker.run(&opts.scope);
         let stats = std::mem::take(&mut walker.stats);
         res.map(|()| stats)

@@ -1,12 +1,14 @@
 //! The walk: observes the covered scope of a directory without following
 //! symlinks and compares it, directory by directory, with the parent
-//! generation's rows.
+//! generation's rows. Everything below the directory is opened, listed and
+//! stat'ed through [`Beneath`], so nothing outside it is ever read.
 //!
 //! Directories are visited in key order (a min-heap of directory paths), so
 //! the parent's rows are read sequentially. Unchanged files (same size,
 //! mtime ns, inode, ctime ns and mode) produce nothing; changed or new files
 //! become hash jobs; directories, symlinks and removals become journal rows.
 
+use super::beneath::Beneath;
 use super::ingest::HashJob;
 use super::{Scope, WalkStats};
 use crate::compose::GenView;
@@ -22,6 +24,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 /// Timestamp granularity margin: a file modified this close to (or after)
 /// the moment the parent generation's walk started may have changed again
@@ -39,13 +42,8 @@ pub(crate) struct Listing {
     entries: io::Result<Vec<(Vec<u8>, io::Result<Metadata>)>>,
 }
 
-fn list_one(root: &Path, dir: &[u8]) -> Listing {
-    let abs = if dir.is_empty() {
-        root.to_path_buf()
-    } else {
-        root.join(OsStr::from_bytes(dir))
-    };
-    let entries = fs::read_dir(abs).and_then(|rd| {
+fn list_one(root: &Beneath, dir: &[u8]) -> Listing {
+    let entries = root.read_dir(dir).and_then(|rd| {
         let mut names = rd
             .map(|e| e.map(|e| (e.file_name().as_bytes().to_vec(), e)))
             .collect::<io::Result<Vec<_>>>()?;
@@ -62,7 +60,7 @@ fn list_one(root: &Path, dir: &[u8]) -> Listing {
 /// paths, so the walker meets the parent's rows sequentially), running on its
 /// own thread ahead of the walker. It descends exactly where the walker
 /// records a directory: a directory entry whose path is within limits.
-fn list_tree(root: &Path, seeds: Vec<Vec<u8>>, tx: Sender<Listing>) {
+fn list_tree(root: &Beneath, seeds: Vec<Vec<u8>>, tx: Sender<Listing>) {
     let mut heap: BinaryHeap<Reverse<Vec<u8>>> = seeds.into_iter().map(Reverse).collect();
     while let Some(Reverse(dir)) = heap.pop() {
         let listing = list_one(root, &dir);
@@ -93,6 +91,7 @@ pub(crate) enum Event {
 
 pub(crate) struct Walker<'a> {
     root: PathBuf,
+    beneath: Arc<Beneath>,
     parent: Option<&'a GenView>,
     generation: u64,
     emit: &'a mut dyn FnMut(Event) -> Result<()>,
@@ -134,6 +133,7 @@ pub(crate) fn stat_row(parent: Vec<u8>, name: Vec<u8>, md: &Metadata, kind: Kind
 impl<'a> Walker<'a> {
     pub(crate) fn new(
         root: &Path,
+        beneath: Arc<Beneath>,
         parent: Option<&'a GenView>,
         generation: u64,
         emit: &'a mut dyn FnMut(Event) -> Result<()>,
@@ -146,6 +146,7 @@ impl<'a> Walker<'a> {
             walked,
             racy_from_ns,
             root: root.to_path_buf(),
+            beneath,
             parent,
             generation,
             emit,
@@ -181,7 +182,7 @@ impl<'a> Walker<'a> {
             Scope::Paths(paths) => self.start_paths(paths)?,
         }
         let seeds = std::mem::take(&mut self.seeds);
-        let root = self.root.clone();
+        let root = self.beneath.clone();
         let (tx, rx) = bounded::<Listing>(LISTING_QUEUE);
         std::thread::scope(|s| {
             s.spawn(move || list_tree(&root, seeds, tx));
@@ -222,7 +223,7 @@ impl<'a> Walker<'a> {
     /// on disk (then nothing below it can be observed).
     fn observe_ancestor(&mut self, rel: &[u8]) -> Result<bool> {
         let prev = self.prev(rel)?;
-        match fs::symlink_metadata(self.abs(rel)) {
+        match self.beneath.lstat(rel) {
             Ok(md) => {
                 let is_dir = md.is_dir();
                 let (parent, name) = split(rel);
@@ -242,7 +243,7 @@ impl<'a> Walker<'a> {
 
     fn start_path(&mut self, rel: &[u8]) -> Result<()> {
         let prev = self.prev(rel)?;
-        match fs::symlink_metadata(self.abs(rel)) {
+        match self.beneath.lstat(rel) {
             Ok(md) => {
                 let (parent, name) = split(rel);
                 if self.observe(parent, name, &md, prev)? {
@@ -357,11 +358,17 @@ impl<'a> Walker<'a> {
             }
         }
         let abs = self.abs(&row.path());
-        (self.emit)(Event::Hash(HashJob { row, abs, prev }))
+        let root = self.beneath.clone();
+        (self.emit)(Event::Hash(HashJob {
+            row,
+            abs,
+            root,
+            prev,
+        }))
     }
 
     fn observe_symlink(&mut self, mut row: Row, prev: Option<Row>) -> Result<()> {
-        let target = match fs::read_link(self.abs(&row.path())) {
+        let target = match self.beneath.read_link(&row.path()) {
             Ok(t) => t.into_os_string().into_vec(),
             Err(e) => {
                 self.problem(&row.path(), "cannot read link", &e);
