@@ -10,6 +10,7 @@ pub mod diff;
 pub mod error;
 pub mod failpoint;
 pub mod format;
+pub mod history;
 pub mod identity;
 pub mod index;
 pub mod materialize;

@@ -193,6 +193,25 @@ fn describe(gen: &Gen, path: &[u8]) -> String {
     )
 }
 
+/// The node `history/<path>` stands for, given the kind of `path` in latest.
+fn history_node(set: &str, path: Vec<u8>, kind: Kind) -> Node {
+    let set = set.to_string();
+    match kind {
+        Kind::Dir => Node::History { set, path },
+        _ => Node::Versions { set, path },
+    }
+}
+
+/// `history/<path>/<N>` -> `../../gens/<N>/<path>`, one `..` per
+/// component of `path` and one for `history`.
+fn version_target(path: &[u8], generation: u64) -> Vec<u8> {
+    let depth = path.split(|&b| b == b'/').count() + 1;
+    let mut t = b"../".repeat(depth);
+    t.extend_from_slice(format!("gens/{generation}/").as_bytes());
+    t.extend_from_slice(path);
+    t
+}
+
 fn tag_target(generation: u64) -> Vec<u8> {
     format!("../gens/{generation}").into_bytes()
 }
@@ -347,7 +366,15 @@ impl StrataFs {
             (self.synthetic_attr(ino, FileType::Symlink, len), LIVE_TTL)
         };
         Ok(match node {
-            Node::Root | Node::Set(_) | Node::Gens(_) | Node::Tags(_) => dir(LIVE_TTL),
+            Node::Root
+            | Node::Set(_)
+            | Node::Gens(_)
+            | Node::Tags(_)
+            | Node::History { .. }
+            | Node::Versions { .. } => dir(LIVE_TTL),
+            Node::Version {
+                path, generation, ..
+            } => link(version_target(path, *generation)),
             Node::GenRoot {
                 set,
                 generation,
@@ -420,8 +447,26 @@ impl StrataFs {
                 b"latest" => Ok(Node::Latest(s.clone())),
                 b"gens" => Ok(Node::Gens(s.clone())),
                 b"tags" => Ok(Node::Tags(s.clone())),
+                b"history" => Ok(Node::History {
+                    set: s.clone(),
+                    path: Vec::new(),
+                }),
                 _ => Err(Errno::ENOENT),
             },
+            Node::History { set, path } => self.history_child(set, &join(path, name.as_bytes())),
+            Node::Versions { set, path } => {
+                let n = name.to_str().and_then(|t| t.parse::<u64>().ok());
+                let n = n.ok_or(Errno::ENOENT)?;
+                self.versions(set, path)?
+                    .into_iter()
+                    .find(|v| v.generation == n)
+                    .map(|v| Node::Version {
+                        set: set.clone(),
+                        path: path.clone(),
+                        generation: v.generation,
+                    })
+                    .ok_or(Errno::ENOENT)
+            }
             Node::Gens(s) => self.generation_root(s, name),
             Node::Tags(s) => {
                 let t = name.to_str().ok_or(Errno::ENOENT)?;
@@ -468,7 +513,29 @@ impl StrataFs {
                 item(Node::Latest(s.clone()), FileType::Symlink, b"latest"),
                 item(Node::Gens(s.clone()), FileType::Directory, b"gens"),
                 item(Node::Tags(s.clone()), FileType::Directory, b"tags"),
+                item(
+                    Node::History {
+                        set: s.clone(),
+                        path: Vec::new(),
+                    },
+                    FileType::Directory,
+                    b"history",
+                ),
             ],
+            Node::History { set, path } => self.history_items(set, path)?,
+            Node::Versions { set, path } => self
+                .versions(set, path)?
+                .into_iter()
+                .map(|v| {
+                    let name = v.generation.to_string();
+                    let n = Node::Version {
+                        set: set.clone(),
+                        path: path.clone(),
+                        generation: v.generation,
+                    };
+                    item(n, FileType::Symlink, name.as_bytes())
+                })
+                .collect(),
             Node::Gens(s) => self.generation_items(s)?,
             Node::Tags(s) => strata::tag::list(self.gens.store(), s)
                 .map_err(|e| errno(&e, &format!("list tags of {s}")))?
@@ -480,6 +547,59 @@ impl StrataFs {
                 .collect(),
             _ => return Err(Errno::ENOTDIR),
         })
+    }
+
+    /// `history/<path>` for `path` of the latest generation: a directory
+    /// there is another history directory, anything else its versions.
+    fn history_child(&self, set: &str, path: &[u8]) -> Reply<Node> {
+        let latest = self
+            .gens
+            .latest(set)
+            .map_err(|e| errno(&e, "resolve latest"))?
+            .ok_or(Errno::ENOENT)?;
+        let row = latest
+            .view
+            .lookup(path)
+            .map_err(|e| errno(&e, &describe(&latest, path)))?
+            .ok_or(Errno::ENOENT)?;
+        Ok(history_node(set, path.to_vec(), row.kind))
+    }
+
+    /// The entries of directory `path` of the latest generation, as
+    /// history nodes.
+    fn history_items(&self, set: &str, path: &[u8]) -> Reply<Vec<DirItem>> {
+        let latest = self
+            .gens
+            .latest(set)
+            .map_err(|e| errno(&e, "resolve latest"))?
+            .ok_or(Errno::ENOENT)?;
+        let rows = latest
+            .view
+            .list_dir(path)
+            .map_err(|e| errno(&e, &describe(&latest, path)))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| DirItem {
+                node: history_node(set, r.path(), r.kind),
+                kind: FileType::Directory,
+                name: OsString::from_vec(r.name),
+            })
+            .collect())
+    }
+
+    /// The versions of `path` in `set`, each looked up through this
+    /// daemon's pinned views (a generation retired meanwhile is passed over).
+    fn versions(&self, set: &str, path: &[u8]) -> Reply<Vec<strata::history::Version>> {
+        let what = || format!("history set={set} path={}", strata::row::show(path));
+        let committed =
+            strata::history::committed(self.gens.store(), set).map_err(|e| errno(&e, &what()))?;
+        let gens: Vec<u64> = committed.into_iter().map(|(g, _)| g).collect();
+        strata::history::versions_in(&gens, |g| match self.gens.get(set, g) {
+            Ok(gen) => gen.view.lookup(path),
+            Err(strata::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        })
+        .map_err(|e| errno(&e, &what()))
     }
 
     /// Committed generations of `set`, as unopened generation roots.
@@ -803,7 +923,9 @@ impl StrataFs {
                 let path = row.path();
                 (Handle::GenDir { gen, path }, cached)
             }
-            Node::Entry { .. } | Node::Latest(_) | Node::Tag(..) => return Err(Errno::ENOTDIR),
+            Node::Entry { .. } | Node::Latest(_) | Node::Tag(..) | Node::Version { .. } => {
+                return Err(Errno::ENOTDIR)
+            }
             node => {
                 let listing = LazyListing {
                     node,
@@ -990,6 +1112,9 @@ impl Filesystem for StrataFs {
         let r = guarded("readlink", || match self.node(ino)? {
             Node::Latest(s) => self.latest_target(&s),
             Node::Tag(_, _, g) => Ok(tag_target(g)),
+            Node::Version {
+                path, generation, ..
+            } => Ok(version_target(&path, generation)),
             Node::Entry { row, .. } if row.kind == Kind::Symlink => {
                 row.target.clone().ok_or(Errno::EIO)
             }

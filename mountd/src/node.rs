@@ -8,8 +8,8 @@
 //! lookup, readdirplus, forget) and holds the generation (and so its pin)
 //! while that count is above zero.
 //!
-//! Synthetic nodes (sets, `latest`, `gens`, `tags`, the generation roots)
-//! are few; their numbers are hashed from what they are and they live in a
+//! Synthetic nodes (sets, `latest`, `gens`, `tags`, `history` and what it
+//! lists, the generation roots) are few, or as many as the caller looks at; their numbers are hashed from what they are and they live in a
 //! small table, also counted by lookups. A generation root looked up by name
 //! holds its generation and has its own number per representation; one only
 //! listed by readdirplus holds nothing and has another number (it is handed
@@ -50,6 +50,25 @@ pub(crate) enum Node {
         generation: u64,
         gen: Option<Arc<Gen>>,
     },
+    /// `history/<path>`: a directory of the latest generation, listing
+    /// its subdirectories (as more of these) and the versions directory of
+    /// each other entry. `path` is empty for `history` itself.
+    History {
+        set: String,
+        path: Vec<u8>,
+    },
+    /// `history/<path>` of a file or symlink: one link per version.
+    Versions {
+        set: String,
+        path: Vec<u8>,
+    },
+    /// `history/<path>/<N>`: a link to `gens/<N>/<path>`, the oldest
+    /// committed generation holding that version.
+    Version {
+        set: String,
+        path: Vec<u8>,
+        generation: u64,
+    },
     /// An entry below a generation root.
     Entry {
         gen: Arc<Gen>,
@@ -79,6 +98,13 @@ impl Node {
                 key(7, set, *generation, rep.unwrap_or_default())
             }
             Node::Entry { gen, row, .. } => key(4, &gen.set, gen.generation, &row.path()),
+            Node::History { set, path } => key(8, set, 0, path),
+            Node::Versions { set, path } => key(9, set, 0, path),
+            Node::Version {
+                set,
+                path,
+                generation,
+            } => key(10, set, *generation, path),
         }
     }
 }

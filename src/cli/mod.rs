@@ -2,6 +2,7 @@
 
 mod control;
 mod gc;
+mod history;
 mod mount;
 mod render;
 
@@ -50,6 +51,8 @@ enum Cmd {
     Cat(CatArgs),
     /// Paths added, removed and changed between two generations
     Diff(DiffArgs),
+    /// The generations in which a path changed, one line per distinct version
+    History(history::HistoryArgs),
     /// Re-hash everything reachable; exit 1 listing each problem
     Verify(VerifyArgs),
     /// List the sets of the store
@@ -323,6 +326,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Ls(a) => ls(&open(&cli.store)?, a),
         Cmd::Cat(a) => cat(&open(&cli.store)?, a),
         Cmd::Diff(a) => diff(&open(&cli.store)?, a),
+        Cmd::History(a) => history::history(&open(&cli.store)?, a),
         Cmd::Verify(a) => cmd_verify(&open(&cli.store)?, a),
         Cmd::Sets(a) => sets(&open(&cli.store)?, a),
         Cmd::Pins(a) => pins(&open(&cli.store)?, a),
