@@ -15,7 +15,7 @@ use crate::compose::GenView;
 use crate::error::{Error, Result};
 use crate::format::record::State;
 use crate::index::GenIndex;
-use crate::row::{Kind, Row};
+use crate::row::Row;
 use crate::Store;
 
 /// One version of a path.
@@ -105,7 +105,7 @@ pub fn versions(store: &Store, set: &str, path: &[u8]) -> Result<Vec<Version>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::row::BlobLoc;
+    use crate::row::{BlobLoc, Kind};
     use std::collections::BTreeMap;
 
     fn file(digest: u8, changed_gen: u64) -> Row {

@@ -489,6 +489,27 @@ fn mount_returns_when_ready_and_unmount_reports_a_busy_mount() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    ok(&strata(&st, &["tag", "--set", "s", "v1"]));
+    ok(&strata(&st, &["sweep", "--grace", "0s"]));
+    assert_private(&st);
+}
+
+/// Nothing under a store (objects, index, pins, leases, sockets, logs) is
+/// open to group or others.
+fn assert_private(st: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![st.to_path_buf()];
+    let mut seen = 0;
+    while let Some(p) = stack.pop() {
+        let md = fs::symlink_metadata(&p).unwrap();
+        let mode = md.permissions().mode() & 0o777;
+        assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", p.display());
+        seen += 1;
+        if md.is_dir() {
+            stack.extend(fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    assert!(seen > 10, "walked {seen} paths");
 }
 
 #[test]

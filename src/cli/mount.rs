@@ -4,6 +4,7 @@
 use std::ffi::CString;
 use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -98,11 +99,16 @@ pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
 
 fn daemonize(mut cmd: Command, store: &Path, shown: &str, point: &Path) -> Result<i32> {
     let logs = store.join("logs");
-    std::fs::create_dir_all(&logs).map_err(|e| Error::io("mkdir", &logs, e))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&logs)
+        .map_err(|e| Error::io("mkdir", &logs, e))?;
     let log_path = logs.join("mountd.log");
     let log = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&log_path)
         .map_err(|e| Error::io("open", &log_path, e))?;
     let err = log

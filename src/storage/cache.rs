@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
@@ -147,6 +148,7 @@ impl Cache {
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&tmp)
             .ctx("create", &tmp)?;
         Ok((tmp, file))
