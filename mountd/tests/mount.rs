@@ -1257,3 +1257,32 @@ fn history_lists_the_versions_of_a_path() {
     wait_for("new version", || versions.join("4").exists());
     assert_eq!(fs::read(versions.join("4")).unwrap(), b"three\n");
 }
+
+/// The mount is private: no `allow_other`, so another uid is refused by the
+/// kernel even where the path leading to it is open to everyone.
+#[test]
+fn the_mount_is_private_to_the_mounting_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "f.txt", b"x");
+    commit_dir(&store, "s", &src);
+    let m = Mount::start(&st, &mnt);
+    let open_to_all = fs::Permissions::from_mode(0o711);
+    fs::set_permissions(mnt.parent().unwrap(), open_to_all).unwrap();
+    let file = m.point.join("s/latest/f.txt");
+    assert_eq!(fs::read(&file).unwrap(), b"x");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "another uid read the mount");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Permission denied"), "{err}");
+}
