@@ -249,6 +249,7 @@ fn answer(line: &[u8], ctx: &Context) -> Value {
         "materialize" => materialize(ctx, &req),
         "tasks" => tasks(ctx),
         "sweep" => sweep(ctx, &req),
+        "metrics" => Ok(json!({ "text": crate::metrics::render(ctx, rss_bytes()) })),
         other => return error_value("unknown-command", format!("unknown command `{other}`")),
     };
     match result {
@@ -266,7 +267,7 @@ fn served_sets(ctx: &Context) -> Vec<String> {
         .collect()
 }
 
-fn sets(ctx: &Context) -> Vec<Value> {
+pub(crate) fn sets(ctx: &Context) -> Vec<Value> {
     served_sets(ctx)
         .into_iter()
         .map(|s| {

@@ -10,6 +10,7 @@
 mod control;
 mod fs;
 mod gen;
+mod metrics;
 mod node;
 mod sweeper;
 mod worker;

@@ -1286,3 +1286,61 @@ fn the_mount_is_private_to_the_mounting_user() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Permission denied"), "{err}");
 }
+
+/// `metrics` answers Prometheus text: every family has HELP and TYPE, every
+/// sample line is `name{labels} value`, and the latest generation of each
+/// set is there; `strata metrics` prints it, and says so when no daemon runs.
+#[test]
+fn metrics_are_prometheus_text() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "f.txt", b"x");
+    commit_dir(&store, "s", &src);
+    write(&src, "g.txt", b"y");
+    commit_dir(&store, "s", &src);
+    let strata = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_strata-mountd").replace("strata-mountd", "strata"))
+            .arg("--store")
+            .arg(&st)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let none = strata(&["metrics"]);
+    assert_eq!(none.status.code(), Some(5));
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(err.contains("running mount daemon"), "{err}");
+    let m = Mount::start(&st, &mnt);
+    assert_eq!(fs::read(m.point.join("s/latest/g.txt")).unwrap(), b"y");
+    let reply = exchange(
+        &control_socket(&st),
+        b"{\"version\":1,\"command\":\"metrics\"}\n",
+    );
+    let text = reply[0]["result"]["text"].as_str().unwrap().to_string();
+    let mut families = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            assert!(["gauge", "counter"].contains(&kind), "{line}");
+            assert!(families.insert(name.to_string()), "{name} declared twice");
+        } else if !line.starts_with("# HELP ") {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            value.parse::<f64>().unwrap();
+            let name = series.split('{').next().unwrap();
+            assert!(families.contains(name), "{name} sampled before its TYPE");
+        }
+    }
+    assert!(
+        text.contains("strata_set_latest_generation{set=\"s\"} 2"),
+        "{text}"
+    );
+    assert!(text.contains("strata_mountd_pinned_generations "), "{text}");
+    let printed = strata(&["metrics"]);
+    assert!(printed.status.success(), "{printed:?}");
+    assert!(String::from_utf8_lossy(&printed.stdout).contains("strata_mountd_uptime_seconds"));
+}

@@ -77,6 +77,8 @@ enum Cmd {
     Leases(JsonArg),
     /// Sets, space by category, last sweep and the mount daemons' status
     Status(JsonArg),
+    /// The mount daemons' metrics, in the Prometheus text format
+    Metrics,
     /// Mount every generation read-only at MOUNTPOINT (starts strata-mountd)
     Mount(MountCmd),
     /// Unmount: releases pins; a busy mount is reported unless --lazy
@@ -356,6 +358,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let store = open(&cli.store)?;
             status(&store, &store_path(&cli.store)?, a)
         }
+        Cmd::Metrics => control::metrics(&store_path(&cli.store)?),
         Cmd::Mount(a) => {
             open(&cli.store)?;
             mount::mount(&mount::MountArgs {
