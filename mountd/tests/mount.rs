@@ -1344,3 +1344,126 @@ fn metrics_are_prometheus_text() {
     assert!(printed.status.success(), "{printed:?}");
     assert!(String::from_utf8_lossy(&printed.stdout).contains("strata_mountd_uptime_seconds"));
 }
+
+/// Fuzzing of control-socket frames (issue 7): random bytes, random JSON
+/// with fields of the wrong types, and requests cut anywhere, sent in
+/// batches; every complete line gets one JSON reply and the daemon keeps
+/// serving. `STRATA_FUZZ_CASES` sets the number of frames (default 256).
+#[test]
+fn control_socket_frames_are_fuzzed() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "f.txt", b"x");
+    commit_dir(&store, "s", &src);
+    let _m = Mount::start(&st, &mnt);
+    let sock = control_socket(&st);
+    let cases: u64 = std::env::var("STRATA_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("control frame fuzz seed {seed}");
+    let mut rng = seed;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut batch = Vec::new();
+    let mut lines = 0;
+    for i in 0..cases {
+        let frame = fuzz_frame(&mut next);
+        batch.extend_from_slice(&frame);
+        batch.push(b'\n');
+        lines += 1;
+        if lines == 16 || i + 1 == cases {
+            let replies = exchange(&sock, &batch);
+            assert_eq!(replies.len(), lines, "seed {seed}: one reply per line");
+            for r in &replies {
+                assert!(r["ok"].is_boolean(), "seed {seed}: {r}");
+            }
+            batch.clear();
+            lines = 0;
+        }
+    }
+    // A request cut anywhere, then the connection closed: no reply, no harm.
+    let whole = br#"{"version":1,"command":"status"}"#;
+    for cut in 0..whole.len() {
+        assert!(exchange(&sock, &whole[..cut]).is_empty());
+    }
+    let status = exchange(&sock, b"{\"version\":1,\"command\":\"status\"}\n");
+    assert_eq!(status[0]["ok"], true, "seed {seed}: still serving");
+}
+
+/// One request line (without its newline) for the control-socket fuzzer.
+fn fuzz_frame(next: &mut impl FnMut() -> u64) -> Vec<u8> {
+    let commands = [
+        "status", "sets", "pins", "tasks", "metrics", "refresh", "nope", "",
+    ];
+    let values = [
+        "1",
+        "-1",
+        "1e999",
+        "18446744073709551616",
+        "null",
+        "true",
+        "\"x\"",
+        "[]",
+        "{}",
+        "[[[[[[[[[[]]]]]]]]]]",
+        "\"\\ud800\"",
+        "\"s\\u0000\"",
+    ];
+    let fields = [
+        "version",
+        "command",
+        "set",
+        "generation",
+        "wait",
+        "grace_ms",
+        "dry_run",
+        "zz",
+    ];
+    match next() % 4 {
+        0 => (0..next() % 200)
+            .map(|_| (next() % 255) as u8 + 1)
+            .filter(|b| *b != b'\n')
+            .collect(),
+        1 => {
+            let mut parts = vec![
+                "\"version\":1".to_string(),
+                format!(
+                    "\"command\":\"{}\"",
+                    commands[next() as usize % commands.len()]
+                ),
+            ];
+            for _ in 0..next() % 4 {
+                let f = fields[next() as usize % fields.len()];
+                let v = values[next() as usize % values.len()];
+                parts.push(format!("\"{f}\":{v}"));
+            }
+            format!("{{{}}}", parts.join(",")).into_bytes()
+        }
+        2 => {
+            let v = values[next() as usize % values.len()];
+            format!("{{\"version\":{v},\"command\":\"status\"}}").into_bytes()
+        }
+        _ => {
+            let mut b = br#"{"version":1,"command":"sets"}"#.to_vec();
+            let i = next() as usize % b.len();
+            b[i] = (next() % 255) as u8 + 1;
+            b.retain(|c| *c != b'\n');
+            b
+        }
+    }
+}
