@@ -36,7 +36,12 @@ status=${PIPESTATUS[0]}
 # The core store's round-trip and property suites again, on the S3 backend.
 STRATA_TEST_BACKEND=s3 cargo test --test store --test model 2>&1 | tee -a target/test-output.log
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
+# The whole system under load for 3 minutes: readers, commits, policy
+# materializations, sweeps, retention, SIGKILLed daemons and committers.
+scripts/soak --duration "${STRATA_SOAK_SECONDS:-180}" 2>&1 | tee target/soak-output.log
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
 set -e
 # One plain closing line with the totals of every test binary.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' target/test-output.log
+grep '^soak:' target/soak-output.log | tail -1
 exit "$status"
