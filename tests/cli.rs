@@ -706,3 +706,28 @@ fn latest_or_zero(st: &Path) -> u64 {
         .and_then(|v| v[0]["generation"].as_u64())
         .unwrap_or(0)
 }
+
+/// Completions and man pages come from the CLI definition: every command
+/// is in them, with its flags.
+#[test]
+fn completions_and_man_pages_are_generated() {
+    let t = tempfile::tempdir().unwrap();
+    let st = t.path().join("store");
+    for shell in ["bash", "zsh", "fish"] {
+        let out = ok(&strata(&st, &["completions", shell]));
+        assert!(
+            out.contains("history") && out.contains("keep-last"),
+            "{shell}"
+        );
+    }
+    let bad = strata(&st, &["completions", "cmd.exe"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let man = t.path().join("man");
+    ok(&strata(&st, &["manpages", man.to_str().unwrap()]));
+    let page = fs::read_to_string(man.join("strata-commit.1")).unwrap();
+    assert!(
+        page.contains(".TH STRATA-COMMIT") && page.contains("skip\\-unreadable"),
+        "{page}"
+    );
+    assert!(man.join("strata.1").exists() && man.join("strata-history.1").exists());
+}

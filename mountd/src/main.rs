@@ -12,6 +12,7 @@ mod fs;
 mod gen;
 mod metrics;
 mod node;
+mod notify;
 mod sweeper;
 mod worker;
 
@@ -186,6 +187,7 @@ fn run(args: Args) -> Result<(), String> {
         root.display(),
         args.mountpoint.display()
     );
+    notify::notify(&format!("READY=1\nMAINPID={}", std::process::id()));
     let served = session_ended(session.run());
     let _ = std::fs::remove_file(&socket);
     drop(stop);
@@ -234,6 +236,7 @@ fn spawn_signal_waiter(mountpoint: PathBuf) {
         // SAFETY: waiting on an initialised set of signals blocked in this thread.
         unsafe { libc::sigwait(&set, &mut sig) };
         info!("signal {sig}: detaching; open files are served until closed");
+        notify::notify("STOPPING=1");
         detach(&mountpoint);
     });
 }

@@ -1467,3 +1467,48 @@ fn fuzz_frame(next: &mut impl FnMut() -> u64) -> Vec<u8> {
         }
     }
 }
+
+/// `Type=notify`: with `$NOTIFY_SOCKET` set, the daemon sends `READY=1` once
+/// the mount serves, and `STOPPING=1` when SIGTERM starts the drain.
+#[test]
+fn a_service_manager_is_told_ready_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "f.txt", b"x");
+    commit_dir(&store, "s", &src);
+    let notify = _dir.path().join("notify.sock");
+    let manager = UnixDatagram::bind(&notify).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_strata-mountd"))
+        .arg("--store")
+        .arg(&st)
+        .arg(&mnt)
+        .env("NOTIFY_SOCKET", &notify)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut m = Mount {
+        child: Some(child),
+        point: mnt.clone(),
+    };
+    let mut buf = [0u8; 256];
+    let n = manager.recv(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"READY=1"), "{:?}", &buf[..n]);
+    assert!(mounted(&mnt), "ready means mounted");
+    assert_eq!(fs::read(mnt.join("s/latest/f.txt")).unwrap(), b"x");
+    m.signal(libc::SIGTERM);
+    let n = manager.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    let (status, err) = m.wait();
+    assert!(status.success(), "{err}");
+}

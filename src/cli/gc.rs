@@ -13,6 +13,7 @@ use strata::Store;
 
 #[derive(Args)]
 pub(crate) struct RetainArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
     /// Keep the newest N generations
@@ -27,6 +28,7 @@ pub(crate) struct RetainArgs {
     /// Show what the policy keeps and would retire; change nothing
     #[arg(long)]
     dry_run: bool,
+    /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
 }
@@ -42,6 +44,7 @@ pub(crate) struct SweepArgs {
     /// Run in this process even when a mount daemon of the store runs
     #[arg(long)]
     in_process: bool,
+    /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
 }

@@ -13,6 +13,7 @@ use strata::store::Store;
 
 #[derive(Args)]
 pub(crate) struct HistoryArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
     /// A path of the set (a file, symlink or directory)

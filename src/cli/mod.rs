@@ -2,6 +2,7 @@
 
 mod control;
 mod gc;
+mod generate;
 mod history;
 mod mount;
 mod render;
@@ -79,6 +80,16 @@ enum Cmd {
     Status(JsonArg),
     /// The mount daemons' metrics, in the Prometheus text format
     Metrics,
+    /// Print shell completions (bash, zsh, fish, elvish, powershell)
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (strata.1 and one per command) into DIR
+    Manpages {
+        /// Where to write them (created if missing)
+        dir: PathBuf,
+    },
     /// Mount every generation read-only at MOUNTPOINT (starts strata-mountd)
     Mount(MountCmd),
     /// Unmount: releases pins; a busy mount is reported unless --lazy
@@ -113,6 +124,7 @@ struct MountCmd {
     /// it on a remote store to save requests)
     #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
     poll: Option<std::time::Duration>,
+    /// An existing empty directory to mount the store on
     mountpoint: PathBuf,
 }
 
@@ -121,35 +133,44 @@ struct UnmountCmd {
     /// Detach even if busy; open files are served until closed
     #[arg(long)]
     lazy: bool,
+    /// Where the store is mounted
     mountpoint: PathBuf,
 }
 
 #[derive(Args)]
 struct TagArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
+    /// Generation number (default: latest)
     #[arg(long)]
     gen: Option<u64>,
+    /// Tag name (letters, digits, `.`, `_`, `-`)
     name: String,
 }
 
 #[derive(Args)]
 struct UntagArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
+    /// Tag name
     name: String,
 }
 
 #[derive(Args)]
 struct TagsArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
+    /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Args)]
 struct MaterializeArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
     /// Generation to fold (default: latest)
@@ -164,6 +185,7 @@ struct MaterializeArgs {
     /// Run in this process even when a mount daemon of the store runs
     #[arg(long)]
     in_process: bool,
+    /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
 }
@@ -173,6 +195,7 @@ struct TasksArgs {
     /// Cancel this task (refused while an attempt works on it)
     #[arg(long, value_name = "ID")]
     cancel: Option<String>,
+    /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
 }
@@ -186,8 +209,10 @@ pub(crate) struct JsonArg {
 
 #[derive(Args)]
 struct CommitArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
+    /// A message kept with the generation (shown by `strata log`)
     #[arg(long, short)]
     message: Option<String>,
     /// Observe only this subtree (repeatable); everything else is inherited
@@ -205,60 +230,79 @@ struct CommitArgs {
     /// Record unreadable or vanishing paths as skipped instead of failing
     #[arg(long)]
     skip_unreadable: bool,
+    /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
+    /// The directory to commit
     dir: PathBuf,
 }
 
 #[derive(Args)]
 struct LogArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
     /// Include PREPARED (never committed) and RETIRED generations
     #[arg(long)]
     all: bool,
+    /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Args)]
 struct LsArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
+    /// Generation number (default: latest)
     #[arg(long)]
     gen: Option<u64>,
+    /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
+    /// A path of the generation (default: its root)
     path: Option<OsString>,
 }
 
 #[derive(Args)]
 struct CatArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
+    /// Generation number (default: latest)
     #[arg(long)]
     gen: Option<u64>,
+    /// A file of the generation
     path: OsString,
 }
 
 #[derive(Args)]
 struct DiffArgs {
+    /// The set (one of `strata sets`)
     #[arg(long)]
     set: String,
+    /// The older generation
     a: u64,
+    /// The newer generation
     b: u64,
+    /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Args)]
 struct VerifyArgs {
+    /// Only this set
     #[arg(long)]
     set: Option<String>,
+    /// Only this generation (default: the latest of each set)
     #[arg(long, conflicts_with = "all")]
     gen: Option<u64>,
+    /// Every retained generation
     #[arg(long)]
     all: bool,
+    /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
 }
@@ -359,6 +403,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
             status(&store, &store_path(&cli.store)?, a)
         }
         Cmd::Metrics => control::metrics(&store_path(&cli.store)?),
+        Cmd::Completions { shell } => generate::completions(shell),
+        Cmd::Manpages { dir } => generate::manpages(&dir),
         Cmd::Mount(a) => {
             open(&cli.store)?;
             mount::mount(&mount::MountArgs {
