@@ -81,6 +81,14 @@ pub enum Error {
     /// nothing more is published under it.
     #[error("lease lost (not renewed within its ttl; another party may hold it now): key=`{key}`")]
     Fenced { key: String },
+    /// The disk budget refused work before it wrote (docs/OPERATIONS.md).
+    #[error("storage gap: {what} needs {need} more bytes, {available} are available under the {limit} (make room, or change the budget with `strata budget`)")]
+    NoSpace {
+        what: &'static str,
+        need: u64,
+        available: u64,
+        limit: &'static str,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -93,6 +101,7 @@ impl Error {
             Error::Io { .. }
             | Error::NotFound { .. }
             | Error::Unreadable(_)
+            | Error::NoSpace { .. }
             | Error::Remote { .. } => ErrorKind::Unavailable,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::TooLarge { .. } | Error::Invalid(_) | Error::NewerFormat { .. } => {

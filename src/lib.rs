@@ -4,6 +4,7 @@
 #![warn(unreachable_pub)]
 
 pub mod blob;
+pub mod budget;
 pub mod commit;
 pub mod compose;
 pub mod diff;

@@ -328,6 +328,9 @@ fn attempt(store: &Store, t: &TaskRecord) -> Result<TaskRecord> {
     let token = crate::token::new_token();
     let holder = format!("materialize pid={} task={}", std::process::id(), t.id);
     let staging = Staging::create(store, &token, &holder)?;
+    staging
+        .admission
+        .admit("materialization", output_estimate(store, t)?)?;
     remove_dead_staging(store, t)?;
     let mut claimed = t.next(TaskState::Claimed);
     claimed.attempt = t.attempt + 1;
@@ -339,6 +342,24 @@ fn attempt(store: &Store, t: &TaskRecord) -> Result<TaskRecord> {
         Ok(done) => Ok(done),
         Err(e) => Err(record_failure(&tasks, &claimed, e)),
     }
+}
+
+/// At most what a fold of `t` writes: the size of its source segments (the
+/// output holds the same rows, fewer where the delta replaced some) plus
+/// half its packs (only packs under half live are rewritten, and only their
+/// live part).
+fn output_estimate(store: &Store, t: &TaskRecord) -> Result<u64> {
+    let size = |key: String| -> Result<u64> { Ok(store.storage().size(&key)?.unwrap_or(0)) };
+    let mut total = 0u64;
+    for source in &t.sources {
+        for s in &source.segments {
+            total = total.saturating_add(size(keys::segment(s))?);
+        }
+        for p in &source.packs {
+            total = total.saturating_add(size(keys::pack(p))? / 2);
+        }
+    }
+    Ok(total)
 }
 
 /// Whether `t`'s output already is in the index (PREPARED or COMMITTED):

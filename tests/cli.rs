@@ -731,3 +731,119 @@ fn completions_and_man_pages_are_generated() {
     );
     assert!(man.join("strata.1").exists() && man.join("strata-history.1").exists());
 }
+
+/// A tmpfs of `mib` MiB mounted at `at` for one test, detached on drop.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, mib: u64) -> Tmpfs {
+        fs::create_dir_all(at).unwrap();
+        let size = format!("size={mib}m");
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
+            .arg(at)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount tmpfs: {out:?}");
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Disk budget on a real small filesystem: a commit that would cross the
+/// free-space floor is refused with a storage-gap error before it writes
+/// the blob, a store size limit likewise, and with no floor a real ENOSPC
+/// mid-write fails the commit the same way. Each time nothing is
+/// published, no staging is left, verify passes, and the next commit that
+/// fits lands.
+#[test]
+fn a_full_disk_is_refused_or_fails_cleanly() {
+    let t = tempfile::tempdir().unwrap();
+    let disk = Tmpfs::mount(&t.path().join("fs"), 24);
+    let (src, st) = (t.path().join("src"), disk.0.join("store"));
+    write(&src, "small", &noise(1, 1000));
+    ok(&strata(&st, &["init"]));
+    let commit = || strata(&st, &["commit", "--set", "s", src.to_str().unwrap()]);
+    ok(&commit());
+    let unchanged = |out: Output| {
+        assert_eq!(out.status.code(), Some(5), "{out:?}");
+        assert_eq!(latest(&st, "s"), 1);
+        verify_clean(&st);
+        let staging = fs::read_dir(st.join("staging")).map_or(0, |d| d.count());
+        assert_eq!(staging, 0, "no staging left");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    write(&src, "big1", &noise(2, 12 << 20));
+    ok(&strata(&st, &["budget", "--min-free", "16M"]));
+    let err = unchanged(commit());
+    assert!(
+        err.contains("storage gap") && err.contains("free-space floor"),
+        "{err}"
+    );
+    ok(&strata(
+        &st,
+        &["budget", "--min-free", "0", "--max-store", "4M"],
+    ));
+    let err = unchanged(commit());
+    assert!(err.contains("store size limit"), "{err}");
+    // No budget, and another process fills the disk: the commit's own
+    // writes meet a real ENOSPC.
+    ok(&strata(&st, &["budget", "--max-store", "none"]));
+    fs::remove_file(src.join("big1")).unwrap();
+    write(&src, "more", &noise(3, 60 << 10));
+    // Where exactly the commit's writes stop fitting depends on the
+    // filesystem's accounting, so the room left grows 4 KiB at a time: the
+    // budget refuses while the blob alone does not fit, then the real
+    // ENOSPC comes from a later write of the same commit.
+    let filler = disk.0.join("filler");
+    let mut enospc = 0;
+    for room in (64u64..256).step_by(4) {
+        let free = available(&disk.0);
+        fs::write(&filler, vec![0u8; (free - (room << 10)) as usize]).unwrap();
+        let out = commit();
+        fs::remove_file(&filler).unwrap();
+        if out.status.success() {
+            break;
+        }
+        let err = unchanged(out);
+        assert!(
+            err.contains("storage gap") || err.contains("No space left on device"),
+            "{err}"
+        );
+        enospc += usize::from(err.contains("No space left on device"));
+    }
+    assert!(enospc > 0, "a real ENOSPC was met");
+    if latest(&st, "s") == 1 {
+        ok(&commit());
+    }
+    assert_eq!(latest(&st, "s"), 2);
+    verify_clean(&st);
+    // A materialization is admitted before it claims its task.
+    ok(&strata(&st, &["budget", "--max-store", "1K"]));
+    let fold = strata(&st, &["materialize", "--set", "s", "--in-process"]);
+    assert_eq!(fold.status.code(), Some(5), "{fold:?}");
+    assert!(String::from_utf8_lossy(&fold.stderr).contains("storage gap"));
+    assert!(ok(&strata(&st, &["tasks"])).contains("PLANNED"));
+    ok(&strata(&st, &["budget", "--max-store", "none"]));
+    ok(&strata(
+        &st,
+        &["materialize", "--set", "s", "--in-process", "--wait"],
+    ));
+    verify_clean(&st);
+}
+
+/// Bytes available to us on the filesystem holding `dir` (`df`).
+fn available(dir: &Path) -> u64 {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().nth(1).unwrap().trim().parse().unwrap()
+}

@@ -1,5 +1,6 @@
 //! Argument parsing and command dispatch for `strata`.
 
+mod budget;
 mod control;
 mod gc;
 mod generate;
@@ -80,6 +81,8 @@ enum Cmd {
     Status(JsonArg),
     /// The mount daemons' metrics, in the Prometheus text format
     Metrics,
+    /// Show or change the disk budget: free-space floor and store size limit
+    Budget(budget::BudgetArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell)
     Completions {
         /// bash, zsh, fish, elvish or powershell
@@ -403,6 +406,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             status(&store, &store_path(&cli.store)?, a)
         }
         Cmd::Metrics => control::metrics(&store_path(&cli.store)?),
+        Cmd::Budget(a) => budget::budget(&open(&cli.store)?, &store_path(&cli.store)?, a),
         Cmd::Completions { shell } => generate::completions(shell),
         Cmd::Manpages { dir } => generate::manpages(&dir),
         Cmd::Mount(a) => {

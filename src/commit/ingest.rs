@@ -48,6 +48,16 @@ pub(crate) enum SinkMsg {
         staged: PathBuf,
     },
     Problem(String),
+    /// A failure on the store's side (the disk budget, a staging write):
+    /// it fails the commit; it is not a path to skip.
+    Failed(crate::error::Error),
+}
+
+/// Where hash workers stage large blobs, and the budget they admit against.
+#[derive(Clone, Copy)]
+pub(crate) struct StageDir<'a> {
+    pub dir: &'a Path,
+    pub admission: &'a crate::budget::Admission,
 }
 
 /// What the sink hands back when the walk is done.
@@ -59,6 +69,7 @@ pub(crate) struct SinkOutput {
 struct Sink {
     store: Store,
     staging: PathBuf,
+    admission: Arc<crate::budget::Admission>,
     journal: JournalWriter,
     pack: Option<PackWriter>,
     pending: Vec<Row>,
@@ -77,6 +88,7 @@ impl Sink {
                 self.problems.push(p);
                 Ok(())
             }
+            SinkMsg::Failed(e) => Err(e),
         }
     }
 
@@ -86,6 +98,7 @@ impl Sink {
             row.blob = *loc;
             return self.journal.append(&row);
         }
+        self.admission.admit("commit", frame.len() as u64)?;
         if self.pack.is_none() {
             self.pack = Some(PackWriter::create(&self.staging)?);
         }
@@ -155,6 +168,7 @@ pub(crate) fn spawn_sink(
     let mut sink = Sink {
         store: store.clone(),
         staging: staging.dir.clone(),
+        admission: staging.admission.clone(),
         journal,
         pack: None,
         pending: Vec::new(),
@@ -191,7 +205,7 @@ fn run_sink(sink: &mut Sink, rx: Receiver<SinkMsg>) -> Result<()> {
 /// Read, hash and stage one file; retried while it changes underneath.
 pub(crate) fn hash_job(
     job: HashJob,
-    staging: &Path,
+    staging: StageDir<'_>,
     dedup: &DedupIndex,
     progress: &Progress,
 ) -> SinkMsg {
@@ -218,6 +232,7 @@ pub(crate) fn hash_job(
         }) {
             Ok(Some(msg)) => return msg,
             Ok(None) => last = Some("changed while being read".to_string()),
+            Err(e) if store_side(&e, staging.dir) => return SinkMsg::Failed(e),
             Err(e) => {
                 return SinkMsg::Problem(format!(
                     "{}: cannot read: {}",
@@ -234,6 +249,16 @@ pub(crate) fn hash_job(
     ))
 }
 
+/// Whether a hashing failure is the store's (the budget refused, or writing
+/// the staged copy failed) rather than the source file's.
+fn store_side(e: &crate::error::Error, staging: &Path) -> bool {
+    match e {
+        crate::error::Error::NoSpace { .. } => true,
+        crate::error::Error::Io { path, .. } => Path::new(path).starts_with(staging),
+        _ => false,
+    }
+}
+
 /// A file the walk found new or changed.
 pub(crate) struct HashJob {
     pub row: Row,
@@ -248,7 +273,7 @@ fn read_file(
     walk: Row,
     file: File,
     abs: &Path,
-    staging: &Path,
+    staging: StageDir<'_>,
     dedup: &DedupIndex,
     prev: Option<&Row>,
     progress: &Progress,
@@ -333,8 +358,16 @@ fn compress(data: Vec<u8>) -> (Codec, Vec<u8>) {
     (Codec::Raw, data)
 }
 
-fn stage_large(file: &File, abs: &Path, row: &mut Row, staging: &Path) -> Result<Option<SinkMsg>> {
-    let staged = staging.join(format!("blob-{}.tmp", crate::token::new_token()));
+fn stage_large(
+    file: &File,
+    abs: &Path,
+    row: &mut Row,
+    staging: StageDir<'_>,
+) -> Result<Option<SinkMsg>> {
+    staging.admission.admit("commit", row.size)?;
+    let staged = staging
+        .dir
+        .join(format!("blob-{}.tmp", crate::token::new_token()));
     let mut out = OpenOptions::new()
         .write(true)
         .create_new(true)

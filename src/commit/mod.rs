@@ -24,7 +24,7 @@ use crate::spill::SortBudget;
 use crate::storage::{Lease, LeaseState, TryLease};
 use crate::store::{check_set_name, keys, Store};
 use crossbeam_channel::bounded;
-use ingest::{hash_job, spawn_sink, DedupIndex, SinkMsg};
+use ingest::{hash_job, spawn_sink, DedupIndex, SinkMsg, StageDir};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -150,6 +150,8 @@ pub struct CommitSummary {
 /// by an owner lease; removed when dropped.
 pub(crate) struct Staging {
     pub dir: PathBuf,
+    /// What this attempt may still write (the disk budget).
+    pub admission: Arc<crate::budget::Admission>,
     store: Store,
     token: String,
     _owner: Box<dyn Lease>,
@@ -171,8 +173,10 @@ impl Staging {
         };
         crate::sweep::wait_while_deleting(store)?;
         let dir = store.storage().scratch_dir(token)?;
+        let admission = Arc::new(crate::budget::Admission::new(store, &dir)?);
         Ok(Staging {
             dir,
+            admission,
             store: store.clone(),
             token: token.to_string(),
             _owner: owner,
@@ -299,6 +303,7 @@ pub fn commit(
     let generation = parent.as_ref().map_or(0, |p| p.generation()) + 1;
     let holder = format!("commit pid={}", std::process::id());
     let staging = Staging::create(store, &token, &holder)?;
+    staging.admission.admit("commit", 0)?;
     let journal_key = format!("{}/{token}.journal", keys::journal_dir(&opts.set));
     let journal_path = store
         .storage()
@@ -474,10 +479,14 @@ fn observe(
                 let _ = dedup.set(build_dedup(parent)?);
             }
             slots.send(()).map_err(|_| sink_gone())?;
-            let (tx, freed, dedup, dir) = (tx.clone(), freed.clone(), &dedup, &staging.dir);
+            let (tx, freed, dedup) = (tx.clone(), freed.clone(), &dedup);
+            let stage = StageDir {
+                dir: &staging.dir,
+                admission: &staging.admission,
+            };
             scope.spawn(move |_| {
                 let dedup = dedup.get().expect("built before the first job");
-                let _ = tx.send(hash_job(job, dir, dedup, progress));
+                let _ = tx.send(hash_job(job, stage, dedup, progress));
                 let _ = freed.recv();
             });
             Ok(())

@@ -1,0 +1,208 @@
+//! Disk budget: commits and materializations admit what they write against
+//! a free-space floor on the filesystem that holds the store's local files
+//! (the store itself, or a remote store's scratch) and an optional limit on
+//! the store's size.
+//!
+//! Owns the `budget.json` record (`strata budget`) and [`Admission`]. Work is
+//! admitted before it writes: a commit or materialization checks the budget
+//! before its first write, and again before each pack and each standalone
+//! blob it stages (a few calls per commit, one `statvfs` each). A refusal is
+//! [`Error::NoSpace`] naming what needed how much, and like every failure
+//! before publication it leaves nothing half-published (the attempt's
+//! staging goes with it). ENOSPC that strikes anyway (another process
+//! filled the disk) fails the same way.
+
+use crate::error::{Error, Result};
+use crate::format::parse_versioned;
+use crate::storage::CasOutcome;
+use crate::Store;
+use serde::{Deserialize, Serialize};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+const BUDGET_KEY: &str = "budget.json";
+const BUDGET_TAG: &str = "strata-budget";
+const BUDGET_VERSION: u32 = 1;
+/// Default floor: keep 1% of the filesystem free.
+pub const DEFAULT_MIN_FREE_PERCENT: f64 = 1.0;
+
+/// The configured budget.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Bytes that must stay free on the filesystem (`None`: use the percent).
+    pub min_free_bytes: Option<u64>,
+    /// Percent of the filesystem that must stay free, when no byte floor is set.
+    pub min_free_percent: f64,
+    /// The most bytes the store's objects may take (`None`: no limit).
+    pub max_store_bytes: Option<u64>,
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            min_free_bytes: None,
+            min_free_percent: DEFAULT_MIN_FREE_PERCENT,
+            max_store_bytes: None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct BudgetRecord {
+    #[serde(rename = "type")]
+    tag: String,
+    version: u32,
+    #[serde(flatten)]
+    budget: Budget,
+    /// Counter and nonce make every record's bytes unique, so the CAS on
+    /// the exact previous bytes cannot be fooled by A -> B -> A.
+    counter: u64,
+    nonce: String,
+}
+
+/// The store's budget (the default when none was set).
+pub fn load(store: &Store) -> Result<Budget> {
+    Ok(read(store)?.map_or_else(Budget::default, |(r, _)| r.budget))
+}
+
+fn read(store: &Store) -> Result<Option<(BudgetRecord, Vec<u8>)>> {
+    let bytes = match store.storage().get(BUDGET_KEY, 64 << 10) {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let r: BudgetRecord =
+        parse_versioned("budget", BUDGET_KEY, BUDGET_TAG, BUDGET_VERSION, &bytes)?;
+    Ok(Some((r, bytes)))
+}
+
+/// Store `budget` (replacing the current one by CAS).
+pub fn set(store: &Store, budget: Budget) -> Result<()> {
+    if !(0.0..=50.0).contains(&budget.min_free_percent) {
+        return Err(Error::Invalid(format!(
+            "min-free percent must be between 0 and 50: got={}",
+            budget.min_free_percent
+        )));
+    }
+    let current = read(store)?;
+    let record = BudgetRecord {
+        tag: BUDGET_TAG.into(),
+        version: BUDGET_VERSION,
+        budget,
+        counter: current.as_ref().map_or(0, |(r, _)| r.counter) + 1,
+        nonce: crate::token::new_token(),
+    };
+    let current = current.map(|(_, bytes)| bytes);
+    let new = serde_json::to_vec_pretty(&record).map_err(|e| Error::Internal(e.to_string()))?;
+    match store.storage().cas(BUDGET_KEY, current.as_deref(), &new)? {
+        CasOutcome::Swapped => Ok(()),
+        CasOutcome::Mismatch { .. } => Err(Error::Conflict(
+            "the budget changed meanwhile; read it again".into(),
+        )),
+    }
+}
+
+/// Free and total bytes of the filesystem holding `dir`.
+pub fn filesystem_space(dir: &Path) -> Result<(u64, u64)> {
+    let path = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid(format!("path with NUL: {}", dir.display())))?;
+    // SAFETY: statvfs writes into the zeroed struct we pass; `path` is a
+    // valid NUL-terminated string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(Error::io("statvfs", dir, std::io::Error::last_os_error()));
+    }
+    let unit = st.f_frsize as u64;
+    Ok((st.f_bavail as u64 * unit, st.f_blocks as u64 * unit))
+}
+
+/// Bytes the store's objects take (manifests, segments, packs, blobs).
+pub fn store_bytes(store: &Store) -> Result<u64> {
+    let mut total = 0;
+    for top in ["manifests", "segments", "packs", "blobs"] {
+        total += dir_bytes(store, top)?;
+    }
+    Ok(total)
+}
+
+fn dir_bytes(store: &Store, dir: &str) -> Result<u64> {
+    let sized = store.storage().list_sizes(dir)?;
+    let mut total: u64 = sized.iter().map(|(_, s)| s).sum();
+    for name in store.storage().list(dir)? {
+        if !sized.iter().any(|(n, _)| *n == name) {
+            total += dir_bytes(store, &format!("{dir}/{name}"))?;
+        }
+    }
+    Ok(total)
+}
+
+/// Free space is read again after this many bytes were admitted since the
+/// last reading (and for any larger request), so small files cost no
+/// syscall each while other writers on the filesystem are still noticed.
+const RECHECK_BYTES: u64 = 8 << 20;
+
+/// What one commit or materialization may still write.
+pub struct Admission {
+    dir: PathBuf,
+    floor: u64,
+    /// Store size at the start and the limit, when one is set.
+    limit: Option<(u64, u64)>,
+    /// Total admitted, and (free bytes at the last reading, admitted since).
+    state: Mutex<(u64, Option<(u64, u64)>)>,
+}
+
+impl Admission {
+    /// The budget of `store` for work writing into `dir` (its staging).
+    pub fn new(store: &Store, dir: &Path) -> Result<Admission> {
+        let budget = load(store)?;
+        let (_, total) = filesystem_space(dir)?;
+        let floor = budget
+            .min_free_bytes
+            .unwrap_or((total as f64 * budget.min_free_percent / 100.0) as u64);
+        let limit = match budget.max_store_bytes {
+            Some(max) => Some((store_bytes(store)?, max)),
+            None => None,
+        };
+        Ok(Admission {
+            dir: dir.to_path_buf(),
+            floor,
+            limit,
+            state: Mutex::new((0, None)),
+        })
+    }
+
+    /// Admit `need` more bytes for `what`, or refuse with [`Error::NoSpace`].
+    pub fn admit(&self, what: &'static str, need: u64) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (total, reading) = &mut *state;
+        let (free, since) = match *reading {
+            Some((free, since)) if since.saturating_add(need) <= RECHECK_BYTES => (free, since),
+            _ => (filesystem_space(&self.dir)?.0, 0),
+        };
+        let available = free.saturating_sub(since).saturating_sub(self.floor);
+        if need > available || free < self.floor {
+            return Err(Error::NoSpace {
+                what,
+                need,
+                available,
+                limit: "free-space floor",
+            });
+        }
+        if let Some((start, max)) = self.limit {
+            let size = start.saturating_add(*total);
+            if size.saturating_add(need) > max {
+                return Err(Error::NoSpace {
+                    what,
+                    need,
+                    available: max.saturating_sub(size),
+                    limit: "store size limit",
+                });
+            }
+        }
+        *total += need;
+        *reading = Some((free, since + need));
+        Ok(())
+    }
+}

@@ -1,0 +1,71 @@
+//! `strata budget`: show or change the disk budget (src/budget.rs).
+
+use super::{print_json, render};
+use clap::Args;
+use strata::budget::{self, Budget};
+use strata::error::{Error, Result};
+use strata::store::Store;
+
+#[derive(Args)]
+pub(crate) struct BudgetArgs {
+    /// Keep this much free on the store's filesystem: bytes (10G) or a
+    /// percent of the filesystem (2%); default 1%
+    #[arg(long, value_name = "SIZE|PCT%")]
+    min_free: Option<String>,
+    /// Refuse work that would grow the store's objects past this size
+    /// (e.g. 500G; `none` removes the limit)
+    #[arg(long, value_name = "SIZE|none")]
+    max_store: Option<String>,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn budget(store: &Store, root: &std::path::Path, a: BudgetArgs) -> Result<i32> {
+    let mut b = budget::load(store)?;
+    if a.min_free.is_some() || a.max_store.is_some() {
+        if let Some(v) = &a.min_free {
+            set_floor(&mut b, v)?;
+        }
+        if let Some(v) = &a.max_store {
+            b.max_store_bytes = match v.as_str() {
+                "none" => None,
+                size => Some(strata::storage::parse_size(size).map_err(Error::Invalid)?),
+            };
+        }
+        budget::set(store, b)?;
+    }
+    let (free, total) = budget::filesystem_space(root)?;
+    let used = budget::store_bytes(store)?;
+    if a.json {
+        return print_json(&serde_json::json!({ "budget": b, "free_bytes": free,
+            "filesystem_bytes": total, "store_bytes": used }));
+    }
+    let floor = match b.min_free_bytes {
+        Some(n) => render::bytes(n),
+        None => format!("{}% of {}", b.min_free_percent, render::bytes(total)),
+    };
+    println!(
+        "free-space floor: {floor} (free now: {})",
+        render::bytes(free)
+    );
+    let limit = b.max_store_bytes.map_or("none".into(), render::bytes);
+    println!(
+        "store size limit: {limit} (objects now: {})",
+        render::bytes(used)
+    );
+    Ok(0)
+}
+
+fn set_floor(b: &mut Budget, v: &str) -> Result<()> {
+    match v.strip_suffix('%') {
+        Some(pct) => {
+            b.min_free_percent = pct
+                .parse()
+                .map_err(|_| Error::Invalid(format!("not a percent: min-free=`{v}`")))?;
+            b.min_free_bytes = None;
+        }
+        None => b.min_free_bytes = Some(strata::storage::parse_size(v).map_err(Error::Invalid)?),
+    }
+    Ok(())
+}
