@@ -847,3 +847,41 @@ fn available(dir: &Path) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines().nth(1).unwrap().trim().parse().unwrap()
 }
+
+/// `strata status` shows per set: latest, generations, base and delta
+/// sizes and the delta ratio, held pins and open tasks.
+#[test]
+fn status_shows_each_set_with_its_delta_ratio() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = setup(t.path());
+    write(&src, "d0/f0", b"changed");
+    ok(&strata(
+        &st,
+        &["commit", "--set", "s", src.to_str().unwrap()],
+    ));
+    let set = |st: &Path| -> serde_json::Value {
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(&strata(st, &["status", "--json"]))).unwrap();
+        v["sets"][0].clone()
+    };
+    let s = set(&st);
+    assert_eq!(
+        (s["set"].as_str(), s["latest"].as_u64()),
+        (Some("s"), Some(2))
+    );
+    assert_eq!(s["generations"], 2);
+    assert_eq!(s["base_rows"], 46, "{s}");
+    assert!(s["delta_rows"].as_u64().unwrap() >= 1, "{s}");
+    assert!(s["delta_ratio"].as_f64().unwrap() > 0.0, "{s}");
+    let table = ok(&strata(&st, &["status"]));
+    assert!(
+        table.contains("RATIO") && table.contains("46 rows"),
+        "{table}"
+    );
+    ok(&strata(&st, &["materialize", "--set", "s", "--in-process"]));
+    let s = set(&st);
+    assert_eq!(
+        (s["delta_rows"].as_u64(), s["base_rows"].as_u64()),
+        (Some(0), Some(46))
+    );
+}

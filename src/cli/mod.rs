@@ -7,6 +7,7 @@ mod generate;
 mod history;
 mod mount;
 mod render;
+mod status;
 
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
@@ -403,7 +404,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Leases(a) => gc::leases(&open(&cli.store)?, a),
         Cmd::Status(a) => {
             let store = open(&cli.store)?;
-            status(&store, &store_path(&cli.store)?, a)
+            status::status(&store, &store_path(&cli.store)?, a)
         }
         Cmd::Metrics => control::metrics(&store_path(&cli.store)?),
         Cmd::Budget(a) => budget::budget(&open(&cli.store)?, &store_path(&cli.store)?, a),
@@ -918,26 +919,6 @@ fn tags(store: &Store, a: TagsArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn print_space(r: &strata::sweep::SweepReport) {
-    let t =
-        |t: strata::sweep::Tally| format!("{} in {} object(s)", render::bytes(t.bytes), t.count);
-    let s = &r.space;
-    println!(
-        "space at sweep epoch {} ({} UTC):",
-        r.epoch,
-        render::time(r.started_ns)
-    );
-    println!("  live base   {}", t(s.live_base));
-    println!("  live delta  {}", t(s.live_delta));
-    println!(
-        "  packs       {} live, {} dead",
-        render::bytes(s.packs_live_bytes),
-        render::bytes(s.packs_dead_bytes)
-    );
-    println!("  condemned   {}", t(s.condemned));
-    println!("  staging     {}", t(s.staging));
-}
-
 fn pins(store: &Store, a: JsonArg) -> Result<i32> {
     let pins = strata::pin::list(store)?;
     if a.json {
@@ -967,80 +948,5 @@ fn pins(store: &Store, a: JsonArg) -> Result<i32> {
             &rows
         )
     );
-    Ok(0)
-}
-
-fn status(store: &Store, root: &std::path::Path, a: JsonArg) -> Result<i32> {
-    let mut daemons = Vec::new();
-    for socket in control::sockets(root) {
-        if let Some(v) = control::ask(&socket, "status")? {
-            daemons.push(serde_json::json!({ "socket": socket, "status": v }));
-        }
-    }
-    let mut sets = Vec::new();
-    for s in store.sets()? {
-        let latest = GenIndex::new(store, &s).latest()?.map(|r| r.generation);
-        sets.push(serde_json::json!({ "set": s, "latest": latest }));
-    }
-    let pins = strata::pin::list(store)?;
-    let held = pins
-        .iter()
-        .filter(|p| p.state == strata::pin::PinState::Held)
-        .count();
-    let sweep = strata::sweep::last_report(store).unwrap_or_else(|e| {
-        eprintln!(
-            "strata: warning: last sweep report unreadable: {}",
-            strata::cli_chain(&e)
-        );
-        None
-    });
-    let space = sweep.as_ref().map(|r| &r.space);
-    if a.json {
-        let last = sweep.as_ref().map(|r| {
-            serde_json::json!({ "epoch": r.epoch,
-            "at_ns": r.started_ns, "deleted": r.deleted, "deferred": r.deferred })
-        });
-        return print_json(
-            &serde_json::json!({ "store": root, "sets": sets, "pins": { "held": held, "total": pins.len() },
-                "space": space, "last_sweep": last, "daemons": daemons }),
-        );
-    }
-    println!(
-        "store {}: {} set(s), {held} held pin(s) of {}",
-        root.display(),
-        sets.len(),
-        pins.len()
-    );
-    let rows: Vec<Vec<String>> = sets
-        .iter()
-        .map(|s| {
-            vec![
-                s["set"].as_str().unwrap_or("").to_string(),
-                s["latest"].as_u64().map_or("-".into(), |g| g.to_string()),
-            ]
-        })
-        .collect();
-    println!("{}", render::table(&["SET", "LATEST"], &rows));
-    match &sweep {
-        Some(r) => print_space(r),
-        None => println!("space: unknown until the first sweep (`strata sweep --dry-run`)"),
-    }
-    if daemons.is_empty() {
-        println!("no mount daemon is serving this store");
-    }
-    for d in &daemons {
-        let s = &d["status"];
-        println!(
-            "daemon pid {} at {}: up {} s, {} pinned generation(s), {} inode(s), {} open handle(s), RSS {}\n  control socket {}",
-            s["pid"],
-            s["mountpoint"].as_str().unwrap_or("?"),
-            s["uptime_s"],
-            s["pinned_generations"],
-            s["inodes"],
-            s["open_handles"],
-            render::bytes(s["rss_bytes"].as_u64().unwrap_or(0)),
-            d["socket"].as_str().unwrap_or("?"),
-        );
-    }
     Ok(0)
 }
