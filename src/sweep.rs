@@ -704,21 +704,20 @@ pub(crate) fn wait_while_deleting(store: &Store) -> Result<()> {
 }
 
 /// Make the calling thread a background thread, so a sweep's mark and
-/// deletions yield to the mount's readers on a busy machine: CPU policy
-/// SCHED_IDLE (it runs only when nothing else wants the CPU, and any
-/// waking reader preempts it at once; nice 19 if the policy cannot be set)
-/// and the idle I/O class. Callers that run sweeps on their own thread or
-/// process call this once.
+/// deletions yield to the mount's readers on a busy machine: nice 19 and
+/// the idle I/O class. Not SCHED_IDLE: the scheduler counts a CPU that runs
+/// only SCHED_IDLE work as idle and wakes readers there, where they must
+/// preempt the sweep first; on 2 cores a SCHED_IDLE busy loop widened the
+/// mount's cat p99 by 75%, a nice-19 one by 10% (docs/BENCHMARKS.md,
+/// "Sweep"). Callers that run sweeps on their own thread or process call
+/// this once.
 pub fn yield_cpu() {
     const IOPRIO_WHO_PROCESS: libc::c_long = 1;
     const IOPRIO_IDLE: libc::c_long = 3 << 13;
-    let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: plain syscalls on the calling thread's own id.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid);
-        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
-        }
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
         libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, IOPRIO_IDLE);
     }
 }
