@@ -41,7 +41,8 @@ pub fn verify(store: &Store, sets: &[String], sel: Selection) -> Result<VerifyRe
         let index = GenIndex::new(store, set);
         let gens: Vec<u64> = match sel {
             Selection::Latest => index.latest()?.map(|r| r.generation).into_iter().collect(),
-            Selection::One(g) => vec![g],
+            // An unknown generation is bad input, not a problem found.
+            Selection::One(g) => vec![index.load(g)?.generation],
             Selection::All => index
                 .all()?
                 .into_iter()

@@ -885,3 +885,70 @@ fn status_shows_each_set_with_its_delta_ratio() {
         (Some(0), Some(46))
     );
 }
+
+/// Issue 7's bar: every command explains bad input — a missing store, an
+/// unknown set or generation, a bad flag, and a daemon that is not running
+/// — in one line naming what is wrong, with a non-zero exit.
+#[test]
+fn every_command_explains_bad_input() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st) = setup(t.path());
+    let missing = t.path().join("nowhere");
+    let expect = |store: &Path, args: &[&str], code: i32, says: &str| {
+        let out = strata(store, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?} should say `{says}`: {err}");
+    };
+    for args in [
+        &["log", "--set", "s"][..],
+        &["sets"],
+        &["status"],
+        &["verify"],
+        &["sweep", "--dry-run"],
+        &["budget"],
+    ] {
+        expect(
+            &missing,
+            args,
+            2,
+            "no strata store here (run `strata init`)",
+        );
+    }
+    for args in [
+        &["log", "--set", "nope"][..],
+        &["ls", "--set", "nope"],
+        &["cat", "--set", "nope", "x"],
+        &["history", "--set", "nope", "x"],
+        &["tags", "--set", "nope"],
+        &["tag", "--set", "nope", "v1"],
+        &["materialize", "--set", "nope", "--in-process"],
+    ] {
+        expect(&st, args, 5, "not found");
+    }
+    for args in [
+        &["cat", "--set", "s", "--gen", "99", "large"][..],
+        &["ls", "--set", "s", "--gen", "99"],
+        &["diff", "--set", "s", "1", "99"],
+        &["tag", "--set", "s", "--gen", "99", "v1"],
+        &["verify", "--set", "s", "--gen", "99"],
+    ] {
+        expect(&st, args, 5, "generation not found: name=`s@99`");
+    }
+    expect(
+        &st,
+        &["log", "--sett", "s"],
+        2,
+        "tip: a similar argument exists: '--set'",
+    );
+    expect(
+        &st,
+        &["retain", "--set", "s", "--keep-last", "x"],
+        2,
+        "invalid value 'x'",
+    );
+    expect(&st, &["metrics"], 5, "running mount daemon");
+    let plain = t.path().join("plain");
+    fs::create_dir(&plain).unwrap();
+    expect(&st, &["unmount", plain.to_str().unwrap()], 2, "not mounted");
+}

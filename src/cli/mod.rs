@@ -901,6 +901,13 @@ fn tasks(store: &Store, a: TasksArgs) -> Result<i32> {
 }
 
 fn tags(store: &Store, a: TagsArgs) -> Result<i32> {
+    strata::store::check_set_name(&a.set)?;
+    if !store.sets()?.contains(&a.set) {
+        return Err(Error::NotFound {
+            what: "set",
+            name: a.set,
+        });
+    }
     let tags = strata::tag::list(store, &a.set)?;
     if a.json {
         return print_json(&tags);
