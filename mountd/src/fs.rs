@@ -350,12 +350,16 @@ impl StrataFs {
         }
     }
 
-    fn latest_target(&self, set: &str) -> Reply<Vec<u8>> {
-        let g = self
-            .gens
+    /// The latest generation of `set` (pinned); ENOENT for an empty set.
+    fn latest_gen(&self, set: &str) -> Reply<Arc<Gen>> {
+        self.gens
             .latest(set)
             .map_err(|e| errno(&e, "resolve latest"))?
-            .ok_or(Errno::ENOENT)?;
+            .ok_or(Errno::ENOENT)
+    }
+
+    fn latest_target(&self, set: &str) -> Reply<Vec<u8>> {
+        let g = self.latest_gen(set)?;
         Ok(format!("gens/{}", g.generation).into_bytes())
     }
 
@@ -552,11 +556,7 @@ impl StrataFs {
     /// `history/<path>` for `path` of the latest generation: a directory
     /// there is another history directory, anything else its versions.
     fn history_child(&self, set: &str, path: &[u8]) -> Reply<Node> {
-        let latest = self
-            .gens
-            .latest(set)
-            .map_err(|e| errno(&e, "resolve latest"))?
-            .ok_or(Errno::ENOENT)?;
+        let latest = self.latest_gen(set)?;
         let row = latest
             .view
             .lookup(path)
@@ -568,11 +568,7 @@ impl StrataFs {
     /// The entries of directory `path` of the latest generation, as
     /// history nodes.
     fn history_items(&self, set: &str, path: &[u8]) -> Reply<Vec<DirItem>> {
-        let latest = self
-            .gens
-            .latest(set)
-            .map_err(|e| errno(&e, "resolve latest"))?
-            .ok_or(Errno::ENOENT)?;
+        let latest = self.latest_gen(set)?;
         let rows = latest
             .view
             .list_dir(path)

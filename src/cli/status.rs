@@ -144,8 +144,8 @@ fn print_sets(sets: &[SetStatus]) {
                 s.set.clone(),
                 s.latest.map_or("-".into(), |g| g.to_string()),
                 s.generations.to_string(),
-                format!("{} rows, {}", s.base_rows, render::bytes(s.base_bytes)),
-                format!("{} rows, {}", s.delta_rows, render::bytes(s.delta_bytes)),
+                rows_and_bytes(s.base_rows, s.base_bytes),
+                rows_and_bytes(s.delta_rows, s.delta_bytes),
                 format!("{:.3}", s.delta_ratio),
                 s.held_pins.to_string(),
                 s.open_tasks.to_string(),
@@ -156,6 +156,11 @@ fn print_sets(sets: &[SetStatus]) {
         "SET", "LATEST", "GENS", "BASE", "DELTA", "RATIO", "PINS", "TASKS",
     ];
     println!("{}", render::table(&headers, &rows));
+}
+
+fn rows_and_bytes(rows: u64, bytes: u64) -> String {
+    let plural = if rows == 1 { "" } else { "s" };
+    format!("{rows} row{plural}, {}", render::bytes(bytes))
 }
 
 fn print_space(r: &strata::sweep::SweepReport) {
