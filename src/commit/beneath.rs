@@ -182,4 +182,23 @@ mod tests {
         assert!(b.lstat(b"d/link/secret").is_err());
         assert!(b.lstat(b"").unwrap().is_dir());
     }
+
+    /// A FIFO where the walk saw a file (swapped in meanwhile) is opened
+    /// without blocking, and its descriptor says it is no file.
+    #[test]
+    fn a_fifo_opens_without_blocking() {
+        use std::os::unix::fs::FileTypeExt;
+        let root = tempfile::tempdir().unwrap();
+        let fifo = CString::new(root.path().join("f").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let b = Beneath::open(root.path()).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(b.open_file(b"f").map(|f| f.metadata()));
+        });
+        let opened = rx.recv_timeout(std::time::Duration::from_secs(10));
+        let md = opened.expect("open returned").unwrap().unwrap();
+        assert!(md.file_type().is_fifo() && !md.is_file());
+    }
 }
