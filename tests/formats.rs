@@ -1,6 +1,8 @@
 //! Encodings are pinned (golden values) and every parser of stored bytes
 //! turns damage into a typed error, never a panic.
 
+mod common;
+
 use strata::format::{journal, manifest::Manifest, pack, rowcodec, segment::Segment};
 use strata::identity::IdentityHasher;
 use strata::row::{BlobLoc, Codec, Kind, Row};
@@ -76,21 +78,7 @@ fn row_record_encoding_is_pinned_and_round_trips() {
 fn journal_seal_catches_any_damage() {
     let t = tempfile::tempdir().unwrap();
     let path = t.path().join("j");
-    let header = journal::JournalHeader {
-        set: "s".into(),
-        generation: 2,
-        parent: Some(1),
-        scope: vec![String::new()],
-        scope_count: 1,
-        owner: "o".into(),
-        created_ns: 1,
-    };
-    let mut w = journal::JournalWriter::create(&path, &header).unwrap();
-    for r in sample_rows() {
-        w.append(&r).unwrap();
-    }
-    w.seal().unwrap();
-    let good = std::fs::read(&path).unwrap();
+    let good = common::sealed_journal(&path, &sample_rows());
     let mut r = journal::JournalReader::open(&path).unwrap();
     let mut n = 0;
     while r.next_row().unwrap().is_some() {

@@ -252,25 +252,12 @@ proptest! {
 }
 
 fn sample_journal(path: &Path) -> Vec<u8> {
-    let header = journal::JournalHeader {
-        set: "s".into(),
-        generation: 2,
-        parent: Some(1),
-        scope: vec![String::new()],
-        scope_count: 1,
-        owner: "o".into(),
-        created_ns: 1,
-    };
-    let mut w = journal::JournalWriter::create(path, &header).unwrap();
-    let mut rows = strata::row::Row::tombstone(b"d".to_vec(), b"f".to_vec());
-    rows.kind = strata::row::Kind::File;
-    rows.size = 3;
-    rows.digest = Some([9; 32]);
-    w.append(&rows).unwrap();
-    w.append(&strata::row::Row::tombstone(Vec::new(), b"gone".to_vec()))
-        .unwrap();
-    w.seal().unwrap();
-    fs::read(path).unwrap()
+    let mut file = strata::row::Row::tombstone(b"d".to_vec(), b"f".to_vec());
+    file.kind = strata::row::Kind::File;
+    file.size = 3;
+    file.digest = Some([9; 32]);
+    let gone = strata::row::Row::tombstone(Vec::new(), b"gone".to_vec());
+    sealed_journal(path, &[file, gone])
 }
 
 /// Copy the seed store to `to`, with `rel` replaced by `bytes`.

@@ -313,3 +313,24 @@ pub fn nix_kill(pid: u32, sig: i32) {
     // SAFETY: signalling a child we spawned.
     unsafe { libc::kill(pid as i32, sig) };
 }
+
+/// A sealed journal of `rows` at `path` (generation 2 of set `s` over 1);
+/// returns its bytes.
+pub fn sealed_journal(path: &Path, rows: &[strata::row::Row]) -> Vec<u8> {
+    use strata::format::journal::{JournalHeader, JournalWriter};
+    let header = JournalHeader {
+        set: "s".into(),
+        generation: 2,
+        parent: Some(1),
+        scope: vec![String::new()],
+        scope_count: 1,
+        owner: "o".into(),
+        created_ns: 1,
+    };
+    let mut w = JournalWriter::create(path, &header).unwrap();
+    for r in rows {
+        w.append(r).unwrap();
+    }
+    w.seal().unwrap();
+    fs::read(path).unwrap()
+}
