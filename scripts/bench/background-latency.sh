@@ -7,6 +7,7 @@
 #   scripts/bench/background-latency.sh [WORKDIR]   (default: target/bench-bg)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 cargo build --release --quiet --workspace
 S="$PWD/target/release/strata"
 W="$(realpath -m "${1:-target/bench-bg}")"
@@ -17,21 +18,7 @@ $S --store $W/st commit --set b "$W/tree" >/dev/null
 $S --store $W/st mount --sweep-every 0s --no-materialize $W/mnt >/dev/null
 (cd "$W/tree" && find . -type f | shuf -n 20000 --random-source=<(yes)) > $W/paths
 probe() {
-python3 - $W/mnt/b/latest $W/paths $1 <<'PY'
-import os, sys, time
-root, paths, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
-paths = [p.strip() for p in open(paths)]
-stat, cat, i = [], [], 0
-end = time.time() + secs
-while time.time() < end:
-    p = os.path.join(root, paths[i % len(paths)]); i += 1
-    t = time.perf_counter(); os.stat(p); stat.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    with open(p, "rb") as f: f.read()
-    cat.append(time.perf_counter() - t)
-def q(v, x): v = sorted(v); return v[min(len(v) - 1, int(len(v) * x))] * 1000
-print(f"{len(stat)} {q(stat,.5):.3f} {q(stat,.99):.3f} {q(cat,.5):.3f} {q(cat,.99):.3f}")
-PY
+    probe_latency "$W/mnt/b/latest" "$W/paths" "$1"
 }
 sweeps() {
 python3 - $W/st $1 <<'PY'

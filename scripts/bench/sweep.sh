@@ -69,22 +69,7 @@ cp -al "$WORK/restic" "$WORK/restic-default"
 
 # probe SECONDS|STOPFILE OUT: stat + cat random files of the mount.
 probe() {
-    python3 - "$WORK/mnt/b/latest" "$WORK/paths" "$1" "$2" <<'EOF'
-import os, sys, time
-root, paths, until, out = sys.argv[1:5]
-paths = [p.strip() for p in open(paths)]
-stat, cat, i = [], [], 0
-t_end = time.time() + float(until) if until.replace('.', '').isdigit() else None
-while (time.time() < t_end) if t_end else not os.path.exists(until):
-    p = os.path.join(root, paths[i % len(paths)]); i += 1
-    t = time.perf_counter(); os.stat(p); stat.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    with open(p, "rb") as f: f.read()
-    cat.append(time.perf_counter() - t)
-def q(v, x): v = sorted(v); return v[min(len(v) - 1, int(len(v) * x))] * 1000
-with open(out, "w") as f:
-    f.write(f"{len(stat)} {q(stat, .5):.3f} {q(stat, .99):.3f} {q(cat, .5):.3f} {q(cat, .99):.3f}\n")
-EOF
+    probe_latency "$WORK/mnt/b/latest" "$WORK/paths" "$1" > "$2"
 }
 
 # timed NAME CMD...: wall seconds and peak RSS (KiB) of CMD into $WORK/NAME.time
