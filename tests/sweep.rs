@@ -460,6 +460,53 @@ fn retain_dry_run_and_keep_all_retire_nothing() {
     assert!(two.contains("retired: 1 2"), "{two}");
 }
 
+/// Names and bytes of every epoch file.
+fn epoch_files(st: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(st.join("sweep/epochs"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            (
+                e.file_name().into_string().unwrap(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_sweep_with_nothing_new_writes_nothing_and_objects_keep_their_grace() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st, store) = many_generations(t.path());
+    let hour = ["sweep", "--grace", "1h", "--json"];
+    let first: SweepReport = serde_json::from_str(&ok(&strata(&st, &hour, None))).unwrap();
+    assert!(!first.unchanged && first.newly_condemned.count > 0);
+    let files = epoch_files(&st);
+    let quiet: SweepReport = serde_json::from_str(&ok(&strata(&st, &hour, None))).unwrap();
+    assert!(quiet.unchanged, "{quiet:?}");
+    assert_eq!(quiet.epoch, first.epoch);
+    assert_eq!(quiet.condemned, first.condemned);
+    assert_eq!(epoch_files(&st), files, "a quiet sweep writes nothing");
+    let text = ok(&strata(&st, &["sweep", "--grace", "1h"], None));
+    assert!(text.contains("nothing changed since epoch"), "{text}");
+    // Past the grace, the objects condemned by the first sweep go.
+    let second = sweep_json(&st);
+    assert!(!second.unchanged);
+    assert_eq!(second.epoch, first.epoch + 1);
+    assert_eq!(second.deleted.count, first.condemned.count);
+    // The next one records the smaller listing once; then sweeps are quiet.
+    let smaller = sweep_json(&st);
+    assert!(!smaller.unchanged && smaller.objects < second.objects);
+    assert!(sweep_json(&st).unchanged);
+    // A new generation is a change (and its predecessor is retired).
+    rewrite(&src, 9);
+    commit_base(&store, "s", &src);
+    let third = sweep_json(&st);
+    assert!(!third.unchanged && third.epoch == smaller.epoch + 1);
+    assert_eq!(third.retired, vec![("s".to_string(), 7)]);
+    ok(&strata(&st, &["verify", "--all"], None));
+}
+
 #[test]
 fn an_unreadable_condemned_list_restarts_the_grace_and_sweeps_go_on() {
     let t = tempfile::tempdir().unwrap();

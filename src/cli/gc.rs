@@ -152,6 +152,9 @@ fn print_report(r: &SweepReport) {
         "{what} epoch {}: {} object(s) listed, {} reachable (mark {} ms, total {} ms)",
         r.epoch, r.objects, r.marked, r.mark_ms, r.duration_ms
     );
+    if r.unchanged {
+        println!("  nothing changed since epoch {}: nothing written", r.epoch);
+    }
     println!(
         "  roots: {} generation(s), {} representation(s), {} pin(s), {} task(s)",
         r.roots.generations, r.roots.representations, r.roots.pins, r.roots.tasks
