@@ -80,6 +80,9 @@ pub struct SweepOptions {
     pub dry_run: bool,
     /// Who sweeps (for lease holders and retirement records).
     pub holder: String,
+    /// Recompute pack live ratios from every reachable row even when the
+    /// previous report's apply (`liveness_key`).
+    pub recount: bool,
 }
 
 /// A count of objects and their bytes.
@@ -769,7 +772,7 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
     marks.roots(store).map_err(|e| root_unreadable(e, "mark"))?;
     let previous = last_report(store).unwrap_or(None);
     let liveness = marks
-        .pack_liveness(store, previous.as_ref())
+        .pack_liveness(store, previous.as_ref().filter(|_| !opts.recount))
         .map_err(|e| root_unreadable(e, "pack live ratios"))?;
     let mut space = marks.space();
     space.packs_live_bytes = liveness.live;

@@ -74,6 +74,7 @@ fn seed_store() -> &'static Path {
                 grace: std::time::Duration::ZERO,
                 dry_run: false,
                 holder: "fuzz".into(),
+                recount: false,
             };
             strata::sweep::sweep(&store, &opts).unwrap();
         }

@@ -352,6 +352,7 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
                 grace: Duration::ZERO,
                 dry_run: false,
                 holder: "race sweeper".into(),
+                recount: false,
             };
             let (mut sweeps, mut deleted) = (0, 0);
             while !stop.load(Ordering::Relaxed) {
@@ -419,6 +420,7 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
             grace: Duration::ZERO,
             dry_run: false,
             holder: "final".into(),
+            recount: false,
         },
     )
     .unwrap();
@@ -489,6 +491,11 @@ fn a_sweep_with_nothing_new_writes_nothing_and_objects_keep_their_grace() {
     assert_eq!(epoch_files(&st), files, "a quiet sweep writes nothing");
     let text = ok(&strata(&st, &["sweep", "--grace", "1h"], None));
     assert!(text.contains("nothing changed since epoch"), "{text}");
+    // Pack live ratios are reused, unless asked to recount (same result).
+    assert_eq!(quiet.mark_rows, 0);
+    let args = ["sweep", "--grace", "1h", "--recount", "--json"];
+    let recount: SweepReport = serde_json::from_str(&ok(&strata(&st, &args, None))).unwrap();
+    assert!(recount.unchanged && recount.mark_rows > 0, "{recount:?}");
     // Past the grace, the objects condemned by the first sweep go.
     let second = sweep_json(&st);
     assert!(!second.unchanged);

@@ -46,11 +46,14 @@ struct Request {
     generation: Option<u64>,
     #[serde(default)]
     wait: bool,
-    /// `sweep`: grace in milliseconds (default: the daemon's `--sweep-grace-s`) and plan only.
+    /// `sweep`: grace in milliseconds (default: the daemon's
+    /// `--sweep-grace-s`), plan only, and recount pack live ratios.
     #[serde(default)]
     grace_ms: Option<u64>,
     #[serde(default)]
     dry_run: bool,
+    #[serde(default)]
+    recount: bool,
 }
 
 #[derive(Serialize)]
@@ -347,7 +350,7 @@ fn sweep(ctx: &Context, req: &Request) -> Answer {
     strata::sweep::yield_cpu();
     let report = ctx
         .last_sweep
-        .run(ctx.gens.store(), grace, req.dry_run)
+        .run(ctx.gens.store(), grace, req.dry_run, req.recount)
         .map_err(|e| ("failed", e))?;
     Ok(json!(report))
 }

@@ -45,11 +45,13 @@ impl LastSweep {
         store: &Store,
         grace: Duration,
         dry_run: bool,
+        recount: bool,
     ) -> Result<SweepReport, String> {
         let opts = SweepOptions {
             grace,
             dry_run,
             holder: format!("strata-mountd pid={}", std::process::id()),
+            recount,
         };
         let at = strata::token::now_ns();
         match sweep(store, &opts) {
@@ -83,7 +85,7 @@ pub(crate) fn spawn(
         .spawn(move || {
             strata::sweep::yield_cpu();
             while stopped.recv_timeout(every) == Err(mpsc::RecvTimeoutError::Timeout) {
-                match last.run(&store, last.grace, false) {
+                match last.run(&store, last.grace, false, false) {
                     Ok(r) => info!(
                         "sweep epoch {}: deleted {} object(s), {} condemned",
                         r.epoch, r.deleted.count, r.condemned.count

@@ -996,6 +996,7 @@ fn sweep_now(store: &Store) -> strata::sweep::SweepReport {
         grace: Duration::ZERO,
         dry_run: false,
         holder: "test".into(),
+        recount: false,
     };
     strata::sweep::sweep(store, &opts).unwrap()
 }

@@ -44,6 +44,10 @@ pub(crate) struct SweepArgs {
     /// Run in this process even when a mount daemon of the store runs
     #[arg(long)]
     in_process: bool,
+    /// Recount pack live ratios from every reachable row, even when the
+    /// previous sweep's still apply
+    #[arg(long)]
+    recount: bool,
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
@@ -107,7 +111,7 @@ fn list_or_none(items: &[String]) -> String {
 
 pub(crate) fn sweep(store: &Store, root: &Path, a: SweepArgs) -> Result<i32> {
     let grace = a.grace.unwrap_or(strata::sweep::DEFAULT_GRACE);
-    let report = run_sweep(store, root, grace, a.dry_run, a.in_process)?;
+    let report = run_sweep(store, root, grace, &a)?;
     if a.json {
         return print_json(&report);
     }
@@ -115,16 +119,10 @@ pub(crate) fn sweep(store: &Store, root: &Path, a: SweepArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn run_sweep(
-    store: &Store,
-    root: &Path,
-    grace: Duration,
-    dry_run: bool,
-    in_process: bool,
-) -> Result<SweepReport> {
-    if !in_process {
+fn run_sweep(store: &Store, root: &Path, grace: Duration, a: &SweepArgs) -> Result<SweepReport> {
+    if !a.in_process {
         let request = serde_json::json!({"command": "sweep",
-            "grace_ms": grace.as_millis() as u64, "dry_run": dry_run});
+            "grace_ms": grace.as_millis() as u64, "dry_run": a.dry_run, "recount": a.recount});
         for socket in control::sockets(root) {
             if let Some(v) = control::ask_request(&socket, &request, None)? {
                 return serde_json::from_value(v).map_err(|e| {
@@ -135,8 +133,9 @@ fn run_sweep(
     }
     let opts = SweepOptions {
         grace,
-        dry_run,
+        dry_run: a.dry_run,
         holder: format!("strata sweep pid={}", std::process::id()),
+        recount: a.recount,
     };
     strata::sweep::yield_cpu();
     strata::sweep::sweep(store, &opts)

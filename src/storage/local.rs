@@ -274,8 +274,7 @@ impl Storage for LocalStorage {
                 limit,
             });
         }
-        let mut buf = Vec::with_capacity(size as usize);
-        f.take(limit + 1).read_to_end(&mut buf).ctx("read", &path)?;
+        let buf = read_to_end_chunked(&f, size, limit).ctx("read", &path)?;
         if buf.len() as u64 > limit {
             return Err(Error::TooLarge {
                 what: "stored object",
@@ -481,6 +480,51 @@ fn not_found_or_io(e: io::Error, key: &str, path: &Path) -> Error {
 
 /// `len` bytes at `offset` of an open object file; a range past its end, or
 /// a file that shrinks under the read, is corruption of `key`.
+/// Most bytes one read syscall asks for. A kernel without preemption
+/// (PREEMPT_NONE, the usual server configuration) copies all of one read
+/// before anything else runs on that CPU: whole-segment reads of tens of
+/// MiB kept the mount's FUSE threads waiting for milliseconds while a sweep
+/// marked (docs/BENCHMARKS.md, "Sweep"). A 1 MiB copy takes ~0.1 ms.
+pub(crate) const READ_CHUNK: usize = 1 << 20;
+
+/// `f` from its start to its end, or `limit + 1` bytes if it is longer,
+/// [`READ_CHUNK`] bytes per syscall; `size` is its length when opened.
+fn read_to_end_chunked(f: &File, size: u64, limit: u64) -> io::Result<Vec<u8>> {
+    let cap = limit.saturating_add(1);
+    // Zeroed at allocation (fresh pages for large buffers), not per chunk.
+    let mut buf = vec![0u8; size.min(cap) as usize];
+    let mut pos = 0;
+    loop {
+        if pos == buf.len() {
+            if pos as u64 >= cap {
+                break;
+            }
+            // Longer than when it was opened (or empty): grow geometrically.
+            let more = (cap - pos as u64).min(pos.clamp(4096, READ_CHUNK) as u64);
+            buf.resize(pos + more as usize, 0);
+        }
+        let end = buf.len().min(pos + READ_CHUNK);
+        match f.read_at(&mut buf[pos..end], pos as u64) {
+            Ok(0) => break,
+            Ok(n) => pos += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(pos);
+    Ok(buf)
+}
+
+/// Fill `buf` from `offset`, [`READ_CHUNK`] bytes per syscall.
+pub(crate) fn read_exact_chunked(f: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut at = offset;
+    for chunk in buf.chunks_mut(READ_CHUNK) {
+        f.read_exact_at(chunk, at)?;
+        at += chunk.len() as u64;
+    }
+    Ok(())
+}
+
 pub(crate) fn read_range(
     f: &File,
     key: &str,
@@ -497,7 +541,7 @@ pub(crate) fn read_range(
         ));
     }
     let mut buf = vec![0u8; len as usize];
-    f.read_exact_at(&mut buf, offset).map_err(|e| {
+    read_exact_chunked(f, &mut buf, offset).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
             Error::corrupt(
                 "object",
@@ -509,4 +553,28 @@ pub(crate) fn read_range(
         }
     })?;
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunked_reads_return_whole_files_and_stop_past_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        for len in [0, 1, 4097, READ_CHUNK, 2 * READ_CHUNK + 5] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            fs::write(&path, &data).unwrap();
+            let f = File::open(&path).unwrap();
+            assert_eq!(read_to_end_chunked(&f, len as u64, 1 << 30).unwrap(), data);
+            // Opened when shorter: what was appended since is read too.
+            assert_eq!(read_to_end_chunked(&f, 0, 1 << 30).unwrap(), data);
+            let over = read_to_end_chunked(&f, len as u64, 100).unwrap();
+            assert_eq!(over.len(), len.min(101), "limit + 1 bytes at most");
+            let mut buf = vec![0u8; len];
+            read_exact_chunked(&f, &mut buf, 0).unwrap();
+            assert_eq!(buf, data);
+        }
+    }
 }

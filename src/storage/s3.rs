@@ -177,7 +177,7 @@ fn read_all(file: &File, key: &str, limit: u64) -> Result<Vec<u8>> {
         });
     }
     let mut buf = vec![0u8; size as usize];
-    file.read_exact_at(&mut buf, 0).ctx("read-cache", key)?;
+    super::local::read_exact_chunked(file, &mut buf, 0).ctx("read-cache", key)?;
     Ok(buf)
 }
 
