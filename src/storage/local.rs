@@ -478,13 +478,12 @@ fn not_found_or_io(e: io::Error, key: &str, path: &Path) -> Error {
     }
 }
 
-/// `len` bytes at `offset` of an open object file; a range past its end, or
-/// a file that shrinks under the read, is corruption of `key`.
 /// Most bytes one read syscall asks for. A kernel without preemption
 /// (PREEMPT_NONE, the usual server configuration) copies all of one read
-/// before anything else runs on that CPU: whole-segment reads of tens of
-/// MiB kept the mount's FUSE threads waiting for milliseconds while a sweep
-/// marked (docs/BENCHMARKS.md, "Sweep"). A 1 MiB copy takes ~0.1 ms.
+/// before anything else runs on that CPU, and a whole segment is tens of
+/// MiB; in 1 MiB pieces (~0.1 ms each) the mount's cat p99 under
+/// back-to-back sweeps was lower in alternated runs (docs/BENCHMARKS.md,
+/// "Sweep").
 pub(crate) const READ_CHUNK: usize = 1 << 20;
 
 /// `f` (just opened) from its start to its end, or `limit + 1` bytes if
@@ -515,6 +514,8 @@ pub(crate) fn read_exact_chunked(f: &File, buf: &mut [u8], offset: u64) -> io::R
     Ok(())
 }
 
+/// `len` bytes at `offset` of an open object file; a range past its end, or
+/// a file that shrinks under the read, is corruption of `key`.
 pub(crate) fn read_range(
     f: &File,
     key: &str,
