@@ -49,6 +49,17 @@ fn setup(t: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (src, st)
 }
 
+/// `setup`, then a second generation with one file changed; the store.
+fn two_generations(t: &Path) -> std::path::PathBuf {
+    let (src, st) = setup(t);
+    write(&src, "d0/f0", b"changed");
+    ok(&strata(
+        &st,
+        &["commit", "--set", "s", src.to_str().unwrap()],
+    ));
+    st
+}
+
 fn verify_clean(st: &Path) {
     let out = ok(&strata(st, &["verify", "--all"]));
     assert!(out.contains("\nok"), "{out}");
@@ -575,12 +586,7 @@ fn pins_lists_holders_and_tells_held_from_unheld() {
 #[test]
 fn tags_name_committed_generations_and_refuse_to_move_silently() {
     let t = tempfile::tempdir().unwrap();
-    let (src, st) = setup(t.path());
-    write(&src, "d0/f0", b"changed");
-    ok(&strata(
-        &st,
-        &["commit", "--set", "s", src.to_str().unwrap()],
-    ));
+    let st = two_generations(t.path());
     ok(&strata(&st, &["tag", "--set", "s", "--gen", "1", "v1.0"]));
     ok(&strata(&st, &["tag", "--set", "s", "--gen", "1", "v1.0"]));
     let moved = strata(&st, &["tag", "--set", "s", "--gen", "2", "v1.0"]);
@@ -853,12 +859,7 @@ fn available(dir: &Path) -> u64 {
 #[test]
 fn status_shows_each_set_with_its_delta_ratio() {
     let t = tempfile::tempdir().unwrap();
-    let (src, st) = setup(t.path());
-    write(&src, "d0/f0", b"changed");
-    ok(&strata(
-        &st,
-        &["commit", "--set", "s", src.to_str().unwrap()],
-    ));
+    let st = two_generations(t.path());
     let set = |st: &Path| -> serde_json::Value {
         let v: serde_json::Value =
             serde_json::from_str(&ok(&strata(st, &["status", "--json"]))).unwrap();
