@@ -43,7 +43,12 @@ impl LocalStorage {
         let Some(dir) = path.parent() else {
             return Ok(());
         };
-        if self.durable.lock().expect("durable dirs").contains(dir) {
+        if self
+            .durable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(dir)
+        {
             return Ok(());
         }
         ensure_dir(dir)?;
@@ -52,7 +57,7 @@ impl LocalStorage {
         }
         self.durable
             .lock()
-            .expect("durable dirs")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(dir.to_path_buf());
         Ok(())
     }
