@@ -505,6 +505,56 @@ fn mount_returns_when_ready_and_unmount_reports_a_busy_mount() {
     assert_private(&st);
 }
 
+/// The daemon pid `strata mount` printed.
+fn mounted_pid(out: &str) -> i32 {
+    out.split("strata-mountd pid ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no daemon pid in {out}"))
+}
+
+fn kill_and_reap(pid: i32) {
+    // SAFETY: signalling a daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let start = std::time::Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn mount_and_unmount_recover_a_dead_mount_and_refuse_a_served_one() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = setup(t.path());
+    let mnt = t.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let m = mnt.to_str().unwrap();
+    let pid = mounted_pid(&ok(&strata(&st, &["mount", m])));
+    let twice = strata(&st, &["mount", m]);
+    let err = String::from_utf8_lossy(&twice.stderr);
+    assert!(!twice.status.success());
+    assert!(
+        err.contains(&format!("already mounted: strata-mountd pid {pid} serves")),
+        "{err}"
+    );
+    kill_and_reap(pid);
+    let gone = strata(&st, &["unmount", m]);
+    assert!(gone.status.success(), "{gone:?}");
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("is gone"));
+    assert!(fs::read_dir(&mnt).unwrap().next().is_none(), "detached");
+    kill_and_reap(mounted_pid(&ok(&strata(&st, &["mount", m]))));
+    let again = strata(&st, &["mount", m]);
+    assert!(again.status.success(), "{again:?}");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("detached the stale mount"));
+    assert_eq!(
+        fs::read(mnt.join("s/latest/d1/f1")).unwrap(),
+        fs::read(src.join("d1/f1")).unwrap()
+    );
+    ok(&strata(&st, &["unmount", m]));
+}
+
 /// Nothing under a store (objects, index, pins, leases, sockets, logs) is
 /// open to group or others.
 fn assert_private(st: &Path) {

@@ -68,6 +68,9 @@ pub(crate) struct Context {
     pub(crate) stats: Arc<Stats>,
     pub(crate) only: Vec<String>,
     pub(crate) mountpoint: PathBuf,
+    /// The FUSE connection number of the mount (its device minor), by which
+    /// a client tells a served mount from a stale one (strata::mounttab).
+    pub(crate) connection: Option<u32>,
     pub(crate) started: Instant,
     pub(crate) materializer: Arc<Materializer>,
     pub(crate) last_sweep: Arc<LastSweep>,
@@ -117,6 +120,7 @@ impl Context {
             stats,
             only,
             mountpoint,
+            connection: None,
             started: Instant::now(),
             materializer,
             last_sweep,
@@ -295,6 +299,7 @@ fn status(ctx: &Context) -> Answer {
     Ok(json!({
         "pid": std::process::id(),
         "mountpoint": ctx.mountpoint,
+        "fuse_connection": ctx.connection,
         "uptime_s": ctx.started.elapsed().as_secs(),
         "sets": sets(ctx),
         "pinned_generations": ctx.gens.pinned(),

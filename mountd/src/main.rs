@@ -28,7 +28,7 @@ use strata::format::record::State;
 use strata::index::GenIndex;
 use strata::storage::StoreArgs;
 use strata::store::Store;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 #[derive(Parser)]
 #[command(
@@ -119,6 +119,14 @@ fn run(args: Args) -> Result<(), String> {
     for s in &args.set {
         strata::store::check_set_name(s).map_err(|e| e.to_string())?;
     }
+    let mountpoint = strata::mounttab::resolve(&args.mountpoint).map_err(|e| e.to_string())?;
+    if let Some(r) = strata::mounttab::prepare(&mountpoint).map_err(|e| e.to_string())? {
+        warn!(
+            "recovered a stale mount at {} (its daemon is gone; connection aborted: {})",
+            mountpoint.display(),
+            r.aborted
+        );
+    }
     let gens = Arc::new(gen::Gens::new(store));
     let stats = Arc::new(fs::Stats::default());
     let fs = fs::StrataFs::new(
@@ -137,9 +145,13 @@ fn run(args: Args) -> Result<(), String> {
     ];
     config.n_threads = Some(args.threads.max(1));
     config.clone_fd = true;
-    let session = Session::new(fs, &args.mountpoint, &config)
-        .map_err(|e| format!("mount {}: {e}", args.mountpoint.display()))?;
-    spawn_signal_waiter(args.mountpoint.clone());
+    let session = Session::new(fs, &mountpoint, &config)
+        .map_err(|e| format!("mount {}: {e}", mountpoint.display()))?;
+    let connection = strata::mounttab::find(&mountpoint)
+        .ok()
+        .flatten()
+        .map(|m| m.minor);
+    spawn_signal_waiter(mountpoint.clone());
     let policy = worker::Policy {
         enabled: !args.no_materialize,
         ratio: args.materialize_ratio,
@@ -155,14 +167,15 @@ fn run(args: Args) -> Result<(), String> {
     let last_sweep = Arc::new(sweeper::LastSweep::new(Duration::from_secs(
         args.sweep_grace_s,
     )));
-    let ctx = control::Context::new(
+    let mut ctx = control::Context::new(
         gens.clone(),
         stats,
         args.set.clone(),
-        args.mountpoint.clone(),
+        mountpoint.clone(),
         materializer.clone(),
         last_sweep.clone(),
     );
+    ctx.connection = connection;
     let socket = control::start(&root, ctx).map_err(|e| format!("control socket: {e}"))?;
     info!("control socket {}", socket.display());
     let (stop, refresher) = spawn_refresher(
@@ -182,11 +195,7 @@ fn run(args: Args) -> Result<(), String> {
         })
         .transpose()
         .map_err(|e| format!("sweep thread: {e}"))?;
-    info!(
-        "serving {} at {}",
-        root.display(),
-        args.mountpoint.display()
-    );
+    info!("serving {} at {}", root.display(), mountpoint.display());
     notify::notify(&format!("READY=1\nMAINPID={}", std::process::id()));
     let served = session_ended(session.run());
     let _ = std::fs::remove_file(&socket);

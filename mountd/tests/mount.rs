@@ -413,17 +413,158 @@ fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
         );
     }
     assert!(strata::pin::list(&store).unwrap().is_empty());
-    assert!(Command::new("umount")
-        .arg("-l")
-        .arg(&mnt)
-        .status()
-        .unwrap()
-        .success());
-    let fresh = Mount::start(&st, &mnt);
+    let dead = fs::read(mnt.join("s/latest/f.txt")).unwrap_err();
+    assert_eq!(dead.raw_os_error(), Some(libc::ENOTCONN), "{dead}");
+    let _fresh = Mount::start(&st, &mnt);
+    wait_for("the fresh daemon to replace the dead mount", || {
+        fs::read(mnt.join("s/latest/f.txt")).is_ok_and(|b| b == b"content")
+    });
     assert_eq!(
-        fs::read(fresh.point.join("s/latest/f.txt")).unwrap(),
-        b"content"
+        mount_ids(&mnt).len(),
+        1,
+        "the dead mount was detached, not stacked on"
     );
+}
+
+/// The ids of the mounts stacked on `point`, bottom first.
+fn mount_ids(point: &Path) -> Vec<String> {
+    let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let p = point.to_str().unwrap();
+    table
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(p))
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect()
+}
+
+/// Duplicate a `/dev/fuse` descriptor of process `pid` into this process.
+fn dup_fuse_fd(pid: u32) -> i32 {
+    let fd: i32 = fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .find(|e| fs::read_link(e.path()).is_ok_and(|t| t == Path::new("/dev/fuse")))
+        .expect("the daemon holds /dev/fuse")
+        .file_name()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // SAFETY: plain syscalls on integers; results are checked.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) as i32;
+        assert!(
+            pidfd >= 0,
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        );
+        let dup = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        assert!(dup >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
+        libc::close(pidfd);
+        dup
+    }
+}
+
+/// Write a FUSE_NOTIFY_INVAL_ENTRY for `name` in directory `parent` to a
+/// `/dev/fuse` descriptor, as a daemon's notifier does.
+fn send_inval_entry(fd: i32, parent: u64, name: &[u8]) -> std::io::Result<()> {
+    const FUSE_NOTIFY_INVAL_ENTRY: i32 = 3;
+    let len = 16 + 16 + name.len() + 1;
+    let mut msg = Vec::with_capacity(len);
+    msg.extend_from_slice(&(len as u32).to_ne_bytes());
+    msg.extend_from_slice(&FUSE_NOTIFY_INVAL_ENTRY.to_ne_bytes());
+    msg.extend_from_slice(&0u64.to_ne_bytes());
+    msg.extend_from_slice(&parent.to_ne_bytes());
+    msg.extend_from_slice(&(name.len() as u32).to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    msg.extend_from_slice(name);
+    msg.push(0);
+    // SAFETY: writing an initialised buffer to an open descriptor.
+    if unsafe { libc::write(fd, msg.as_ptr().cast(), msg.len()) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Aborts a FUSE connection when dropped unless disarmed, so a failing
+/// test cannot leave a thread stuck in the kernel (which would hang the
+/// test process at exit).
+struct AbortGuard(Option<u32>);
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        if let Some(minor) = self.0 {
+            let _ = fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), b"1");
+        }
+    }
+}
+
+/// The hang seen once in the one-hour soak: a daemon thread sending an
+/// entry invalidation waits for the lock of a directory whose lookup waits
+/// for the daemon; SIGKILL then cannot end that thread, it keeps the FUSE
+/// connection open, and the mount hangs instead of going dead. Here the
+/// stuck sender is this test, holding a duplicate of the daemon's
+/// `/dev/fuse`, while a lookup waits on the stopped daemon. A new daemon on
+/// the same mount point must abort the connection (the lookup fails, the
+/// sender returns), detach the hung mount, and serve.
+#[test]
+fn a_new_daemon_recovers_a_mount_hung_by_a_stuck_invalidation() {
+    use std::os::unix::fs::MetadataExt;
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "f.txt", b"content");
+    commit_dir(&store, "s", &src);
+    let mut m = Mount::start(&st, &mnt);
+    assert_eq!(fs::read(mnt.join("s/latest/f.txt")).unwrap(), b"content");
+    let gens = fs::metadata(mnt.join("s/gens")).unwrap().ino();
+    let minor = strata::mounttab::find(&mnt).unwrap().unwrap().minor;
+    let waiting = format!("/sys/fs/fuse/connections/{minor}/waiting");
+    let fuse = dup_fuse_fd(m.child.as_ref().unwrap().id());
+    let mut guard = AbortGuard(Some(minor));
+    m.signal(libc::SIGSTOP);
+    let mut lookup = Command::new("stat")
+        .arg(mnt.join("s/gens/99"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the lookup to wait on the stopped daemon", || {
+        fs::read_to_string(&waiting).is_ok_and(|w| w.trim() != "0")
+    });
+    let (sent, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sent.send(send_inval_entry(fuse, gens, b"99")));
+    assert!(
+        done.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the invalidation waits behind the lookup"
+    );
+    m.signal(libc::SIGKILL);
+    m.wait();
+    assert!(
+        Path::new(&waiting).exists(),
+        "the connection outlives the daemon: the mount hangs, it is not dead"
+    );
+    let _fresh = Mount::start(&st, &mnt);
+    // Nothing reads through the mount point before the connection is
+    // aborted: a read from the hung mount would hang this test instead of
+    // failing it.
+    done.recv_timeout(Duration::from_secs(10))
+        .expect("the stuck invalidation returned once the connection was aborted")
+        .ok();
+    guard.0 = None;
+    wait_for("the fresh daemon to replace the hung mount", || {
+        fs::read(mnt.join("s/latest/f.txt")).is_ok_and(|b| b == b"content")
+    });
+    assert_eq!(mount_ids(&mnt).len(), 1, "the hung mount was detached");
+    assert!(
+        !lookup.wait().unwrap().success(),
+        "the waiting lookup failed"
+    );
+    // SAFETY: closing the descriptor this test duplicated.
+    unsafe { libc::close(fuse) };
 }
 
 #[test]

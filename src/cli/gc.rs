@@ -1,10 +1,11 @@
 //! `strata retain`, `strata sweep` and `strata leases`: retention policy,
 //! garbage collection and the residue report.
 
-use super::{control, print_json, render, JsonArg};
+use super::{print_json, render, JsonArg};
 use clap::Args;
 use std::path::Path;
 use std::time::Duration;
+use strata::control;
 use strata::error::{Error, Result};
 use strata::residue::LeaseInfo;
 use strata::retain::Policy;

@@ -1,10 +1,10 @@
 //! Argument parsing and command dispatch for `strata`.
 
 mod budget;
-mod control;
 mod gc;
 mod generate;
 mod history;
+mod metrics;
 mod mount;
 mod render;
 mod status;
@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use strata::commit::{commit, CommitOptions, CommitSummary, Progress, Scope};
 use strata::compose::GenView;
+use strata::control;
 use strata::error::{Error, ErrorKind, Result};
 use strata::failpoint::FailPoints;
 use strata::format::record::State;
@@ -406,7 +407,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             let store = open(&cli.store)?;
             status::status(&store, &store_path(&cli.store)?, a)
         }
-        Cmd::Metrics => control::metrics(&store_path(&cli.store)?),
+        Cmd::Metrics => metrics::metrics(&store_path(&cli.store)?),
         Cmd::Budget(a) => budget::budget(&open(&cli.store)?, &store_path(&cli.store)?, a),
         Cmd::Completions { shell } => generate::completions(shell),
         Cmd::Manpages { dir } => generate::manpages(&dir),

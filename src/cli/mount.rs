@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use strata::error::{Error, Result};
+use strata::mounttab;
 use strata::storage::{Location, StoreArgs};
 
 /// How long `strata mount` waits for the daemon to mount.
@@ -25,14 +26,21 @@ fn daemon_binary() -> PathBuf {
 }
 
 /// True when `point` is a mount point in this namespace.
-pub(crate) fn is_mounted(point: &Path) -> bool {
-    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
-        return false;
-    };
-    let want = point.to_string_lossy().replace(' ', "\\040");
-    mounts
-        .lines()
-        .any(|l| l.split(' ').nth(1) == Some(want.as_str()))
+fn is_mounted(point: &Path) -> bool {
+    mounttab::find(point).is_ok_and(|m| m.is_some())
+}
+
+/// Say what recovering a stale mount did.
+fn report_recovered(point: &Path, r: mounttab::Recovered) {
+    eprintln!(
+        "strata: the daemon of the mount at {} is gone; {}detached the stale mount",
+        point.display(),
+        if r.aborted {
+            "aborted its FUSE connection and "
+        } else {
+            ""
+        }
+    );
 }
 
 pub(crate) struct MountArgs<'a> {
@@ -52,13 +60,9 @@ pub(crate) struct MountArgs<'a> {
 }
 
 pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
-    let point =
-        std::fs::canonicalize(a.mountpoint).map_err(|e| Error::io("resolve", a.mountpoint, e))?;
-    if is_mounted(&point) {
-        return Err(Error::Invalid(format!(
-            "already mounted: mountpoint=`{}`",
-            point.display()
-        )));
+    let point = mounttab::resolve(a.mountpoint)?;
+    if let Some(r) = mounttab::prepare(&point)? {
+        report_recovered(&point, r);
     }
     let mut cmd = Command::new(daemon_binary());
     match a.store {
@@ -144,7 +148,7 @@ fn daemonize(mut cmd: Command, store: &Path, shown: &str, point: &Path) -> Resul
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let socket = super::control::wait_for_socket(store, child.id(), READY_TIMEOUT);
+    let socket = strata::control::wait_for_socket(store, child.id(), READY_TIMEOUT);
     let socket = socket.map_or("not bound; see the log".to_string(), |s| {
         s.display().to_string()
     });
@@ -159,13 +163,26 @@ fn daemonize(mut cmd: Command, store: &Path, shown: &str, point: &Path) -> Resul
 }
 
 pub(crate) fn unmount(mountpoint: &Path, lazy: bool) -> Result<i32> {
-    let point =
-        std::fs::canonicalize(mountpoint).map_err(|e| Error::io("resolve", mountpoint, e))?;
-    if !is_mounted(&point) {
-        return Err(Error::Invalid(format!(
-            "not mounted: mountpoint=`{}`",
-            point.display()
-        )));
+    let point = mounttab::resolve(mountpoint)?;
+    match mounttab::occupant(&point)? {
+        mounttab::Occupant::Free => {
+            return Err(Error::Invalid(format!(
+                "not mounted: mountpoint=`{}`",
+                point.display()
+            )))
+        }
+        mounttab::Occupant::Stale(entry) => {
+            report_recovered(&point, mounttab::recover(&entry)?);
+            return Ok(0);
+        }
+        mounttab::Occupant::Foreign(e) => {
+            return Err(Error::Invalid(format!(
+                "not a strata mount: fstype=`{}` mountpoint=`{}`",
+                e.fstype,
+                point.display()
+            )))
+        }
+        _ => {}
     }
     let c = CString::new(point.as_os_str().as_bytes())
         .map_err(|_| Error::Invalid("nul in path".into()))?;

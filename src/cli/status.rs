@@ -3,10 +3,11 @@
 //! sweep, and each running daemon (through its control socket) with its
 //! cache hit rate; a table, or `--json`.
 
-use super::{control, print_json, render, JsonArg};
+use super::{print_json, render, JsonArg};
 use serde::Serialize;
 use std::path::Path;
 use strata::compose::load_manifest;
+use strata::control;
 use strata::error::Result;
 use strata::format::manifest::Manifest;
 use strata::format::record::State;

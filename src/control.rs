@@ -1,18 +1,21 @@
 //! Client side of the control socket (docs/CONTROL.md): find the daemons of
-//! a store without flags and ask them.
+//! a store without flags and ask them. Used by the CLI and by the mount
+//! table's check of whether a daemon still serves a mount.
 
+use crate::error::{Error, Result};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use strata::error::{Error, Result};
 
-const PROTOCOL_VERSION: u32 = 1;
-const TIMEOUT: Duration = Duration::from_secs(10);
+/// Protocol version this client speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// How long [`ask`] waits for a reply.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Control sockets of daemons serving `store` (`<store>/run/mountd-*.sock`).
-pub(crate) fn sockets(store: &Path) -> Vec<PathBuf> {
+pub fn sockets(store: &Path) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(store.join("run")) else {
         return Vec::new();
     };
@@ -30,14 +33,19 @@ pub(crate) fn sockets(store: &Path) -> Vec<PathBuf> {
 }
 
 /// Send one command; `Ok(None)` when nobody listens (a stale socket).
-pub(crate) fn ask(socket: &Path, command: &str) -> Result<Option<Value>> {
+pub fn ask(socket: &Path, command: &str) -> Result<Option<Value>> {
+    ask_within(socket, command, TIMEOUT)
+}
+
+/// [`ask`] with its own reply timeout.
+pub fn ask_within(socket: &Path, command: &str, timeout: Duration) -> Result<Option<Value>> {
     let request = json!({ "version": PROTOCOL_VERSION, "command": command });
-    ask_request(socket, &request, Some(TIMEOUT))
+    ask_request(socket, &request, Some(timeout))
 }
 
 /// Send one request (its `version` is set here); wait for the reply up to
 /// `timeout` (`None`: as long as the daemon works on it).
-pub(crate) fn ask_request(
+pub fn ask_request(
     socket: &Path,
     request: &Value,
     timeout: Option<Duration>,
@@ -80,7 +88,7 @@ pub(crate) fn ask_request(
 }
 
 /// Wait until the daemon with `pid` has its socket bound.
-pub(crate) fn wait_for_socket(store: &Path, pid: u32, timeout: Duration) -> Option<PathBuf> {
+pub fn wait_for_socket(store: &Path, pid: u32, timeout: Duration) -> Option<PathBuf> {
     let path = store.join("run").join(format!("mountd-{pid}.sock"));
     let start = std::time::Instant::now();
     while start.elapsed() < timeout {
@@ -90,26 +98,4 @@ pub(crate) fn wait_for_socket(store: &Path, pid: u32, timeout: Duration) -> Opti
         std::thread::sleep(Duration::from_millis(10));
     }
     None
-}
-
-/// `strata metrics`: each running daemon's metrics, as Prometheus text,
-/// each block headed by a comment naming its socket.
-pub(crate) fn metrics(store: &Path) -> Result<i32> {
-    let mut out = std::io::stdout().lock();
-    let mut answered = 0;
-    for socket in sockets(store) {
-        let Some(v) = ask(&socket, "metrics")? else {
-            continue;
-        };
-        let text = v["text"].as_str().unwrap_or_default();
-        let _ = writeln!(out, "# strata-mountd {}\n{text}", socket.display());
-        answered += 1;
-    }
-    if answered == 0 {
-        return Err(Error::NotFound {
-            what: "running mount daemon of the store",
-            name: store.display().to_string(),
-        });
-    }
-    Ok(0)
 }
