@@ -505,23 +505,10 @@ fn mount_returns_when_ready_and_unmount_reports_a_busy_mount() {
     assert_private(&st);
 }
 
-/// The daemon pid `strata mount` printed.
-fn mounted_pid(out: &str) -> i32 {
-    out.split("strata-mountd pid ")
-        .nth(1)
-        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no daemon pid in {out}"))
-}
-
 fn kill_and_reap(pid: i32) {
     // SAFETY: signalling a daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    let start = std::time::Instant::now();
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        assert!(start.elapsed() < std::time::Duration::from_secs(10));
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_exited(pid);
 }
 
 #[test]

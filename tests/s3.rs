@@ -1086,13 +1086,16 @@ fn the_secret_key_is_never_logged_or_stored() {
     traced(&["commit", "--set", "k", src.to_str().unwrap()]);
     let point = t.path().join("m");
     std::fs::create_dir_all(&point).unwrap();
-    traced(&["mount", point.to_str().unwrap(), "--sweep-every", "0s"]);
+    let mounted = traced(&["mount", point.to_str().unwrap(), "--sweep-every", "0s"]);
+    let daemon = mounted_pid(&mounted);
     assert_eq!(
         std::fs::read(point.join("k/latest/big")).unwrap(),
         noise(7, 3 << 20)
     );
     traced(&["sweep", "--grace", "0s"]);
     unmount(&point);
+    // The daemon removes its socket and pins as it exits: walk after that.
+    wait_exited(daemon);
     let local = walk_files(&host);
     assert!(
         local.iter().any(|p| p.ends_with("mountd.log")),

@@ -281,6 +281,32 @@ pub fn unmount(point: &Path) {
         .output();
 }
 
+/// The daemon pid a `strata mount` printed.
+pub fn mounted_pid(out: &str) -> i32 {
+    out.split("strata-mountd pid ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no daemon pid in {out}"))
+}
+
+/// Wait until process `pid` has exited (gone, or a zombie nobody reaped yet).
+pub fn wait_exited(pid: i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+        if stat.is_empty() || state.starts_with('Z') {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} did not exit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_strata")
 }
