@@ -733,6 +733,20 @@ pub fn yield_cpu() {
     }
 }
 
+/// Move the calling process into a session of its own, so a scheduling
+/// autogroup of its own, and give that group the lowest weight (nice 19):
+/// then the whole sweep process, not just one thread, counts for less than
+/// any reader's session. For processes that only sweep (`strata sweep
+/// --background`, which the mount daemon runs for its sweeps); the caller
+/// leaves its terminal's session, so its signals no longer reach it.
+/// Best effort: a kernel without autogroups keeps the nice-19 thread.
+pub fn background_process() {
+    // SAFETY: setsid has no preconditions; a process that already leads a
+    // group keeps its session.
+    unsafe { libc::setsid() };
+    let _ = std::fs::write("/proc/self/autogroup", b"19");
+}
+
 /// On a store whose leases expire by observation, the grace is at least
 /// [`REMOTE_GRACE_TTLS`] lease ttls: one for a dead holder to be recognised,
 /// one for a publication (fenced within a ttl), one as a margin for

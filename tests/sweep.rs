@@ -576,6 +576,25 @@ fn an_unreadable_root_makes_the_sweep_delete_nothing_and_say_why() {
 }
 
 #[test]
+fn a_background_sweep_runs_in_process_only() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st, _store) = many_generations(t.path());
+    let out = strata(&st, &["sweep", "--background"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--in-process"));
+    let args = [
+        "sweep",
+        "--in-process",
+        "--background",
+        "--grace",
+        "0s",
+        "--json",
+    ];
+    let report: serde_json::Value = serde_json::from_str(&ok(&strata(&st, &args, None))).unwrap();
+    assert!(report["marked"].as_u64() > Some(0), "{report}");
+}
+
+#[test]
 fn keep_within_keeps_recent_generations_only() {
     let t = tempfile::tempdir().unwrap();
     let (_src, st, _store) = rewritten(t.path(), 3);

@@ -349,13 +349,9 @@ fn sweep(ctx: &Context, req: &Request) -> Answer {
     let grace = req
         .grace_ms
         .map_or(ctx.last_sweep.grace, Duration::from_millis);
-    // Sweeps yield the CPU and the disk to readers; this connection's
-    // thread (and any later request on the same connection) stays in the
-    // background.
-    strata::sweep::yield_cpu();
     let report = ctx
         .last_sweep
-        .run(ctx.gens.store(), grace, req.dry_run, req.recount)
+        .run(grace, req.dry_run, req.recount)
         .map_err(|e| ("failed", e))?;
     Ok(json!(report))
 }

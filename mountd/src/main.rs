@@ -164,9 +164,10 @@ fn run(args: Args) -> Result<(), String> {
         worker::Materializer::start(gens.store().clone(), policy)
             .map_err(|e| format!("materialization worker: {e}"))?,
     );
-    let last_sweep = Arc::new(sweeper::LastSweep::new(Duration::from_secs(
-        args.sweep_grace_s,
-    )));
+    let last_sweep = Arc::new(sweeper::LastSweep::new(
+        Duration::from_secs(args.sweep_grace_s),
+        args.store.to_args(),
+    ));
     let mut ctx = control::Context::new(
         gens.clone(),
         stats,
@@ -186,13 +187,7 @@ fn run(args: Args) -> Result<(), String> {
         Duration::from_millis(args.poll_ms.max(10)),
     );
     let sweeps = (args.sweep_every_s > 0)
-        .then(|| {
-            sweeper::spawn(
-                gens.store().clone(),
-                last_sweep,
-                Duration::from_secs(args.sweep_every_s),
-            )
-        })
+        .then(|| sweeper::spawn(last_sweep, Duration::from_secs(args.sweep_every_s)))
         .transpose()
         .map_err(|e| format!("sweep thread: {e}"))?;
     info!("serving {} at {}", root.display(), mountpoint.display());
@@ -203,8 +198,9 @@ fn run(args: Args) -> Result<(), String> {
     let _ = refresher.join();
     if let Some((stop, handle)) = sweeps {
         drop(stop);
-        // A sweep in progress is left to end with the process: a killed
-        // sweep is safe at every step, and the kernel releases its leases.
+        // A sweep in progress runs in a child process and finishes on its
+        // own; the daemon does not wait for it past the deadline (a sweep
+        // is safe to stop at every step).
         let deadline = std::time::Instant::now() + SHUTDOWN_DEADLINE;
         while !handle.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

@@ -1285,6 +1285,47 @@ fn the_daemon_sweeps_on_its_schedule_and_reports_it() {
     assert_eq!(retired, 2, "retention ran in the scheduled sweeps");
 }
 
+/// The daemon's sweeps run in a `strata sweep` child: its typed refusal is
+/// the daemon's answer and its last outcome, and the daemon keeps serving.
+#[test]
+fn a_failed_daemon_sweep_answers_the_sweeps_own_error() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "f.txt", b"content");
+    commit_base(&store, &src);
+    let m = Mount::start_with(&st, &mnt, &["--sweep-every-s", "0"]);
+    assert_eq!(
+        fs::read(m.point.join("s/latest/f.txt")).unwrap(),
+        b"content"
+    );
+    let manifest = strata::compose::GenView::open(&store, "s", None, "t")
+        .unwrap()
+        .top()
+        .manifest_name
+        .clone();
+    fs::write(st.join(format!("manifests/{manifest}.json")), b"{garbage").unwrap();
+    let sock = control_socket(&st);
+    let r = exchange(
+        &sock,
+        b"{\"version\":1,\"command\":\"sweep\",\"grace_ms\":0}\n",
+    );
+    let msg = r[0]["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(r[0]["ok"], false, "{}", r[0]);
+    assert!(msg.starts_with("sweep deleted nothing"), "{msg}");
+    assert!(msg.contains(&manifest), "names the manifest: {msg}");
+    let last = status(&st)["last_sweep"]["error"].clone();
+    assert_eq!(last.as_str(), Some(msg), "the outcome is remembered");
+    assert_eq!(
+        fs::read(m.point.join("s/latest/f.txt")).unwrap(),
+        b"content"
+    );
+}
+
 #[test]
 fn a_materialized_older_generation_serves_new_walks_from_its_new_base() {
     use std::io::{Read, Seek};

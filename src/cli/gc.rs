@@ -49,6 +49,11 @@ pub(crate) struct SweepArgs {
     /// previous sweep's still apply
     #[arg(long)]
     recount: bool,
+    /// With --in-process: run in a session and scheduling group of its own
+    /// at the lowest weight, as the mount daemon's sweeps do (the
+    /// terminal's Ctrl-C no longer reaches it)
+    #[arg(long, requires = "in_process")]
+    background: bool,
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
@@ -138,6 +143,9 @@ fn run_sweep(store: &Store, root: &Path, grace: Duration, a: &SweepArgs) -> Resu
         holder: format!("strata sweep pid={}", std::process::id()),
         recount: a.recount,
     };
+    if a.background {
+        strata::sweep::background_process();
+    }
     strata::sweep::yield_cpu();
     strata::sweep::sweep(store, &opts)
 }
