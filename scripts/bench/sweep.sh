@@ -84,13 +84,12 @@ echo "probing the idle mount..." >&2
 probe 15 "$WORK/probe-idle"
 sync; echo 3 > /proc/sys/vm/drop_caches
 strata_before=$(du -sb "$WORK/store" | cut -f1)
-# daemon_sweeps SECONDS [--recount]: sweep back to back inside the mount
-# daemon (its control socket; what its schedule does), printing the count.
+# daemon_sweeps SECONDS [--recount]: sweep back to back through the mount
+# daemon (its control socket; it runs each sweep as its schedule does, in a
+# child `strata sweep --in-process --background`), printing the count.
 # --recount makes each one a full sweep of this store (every reachable
 # row read again for pack live ratios); without it they are the quiet
-# sweeps of a daemon whose store did not change. A loop of CLI processes
-# would measure process start-up instead: a loop of even `strata sets`
-# moves this machine's cat p99 as much as sweeps do.
+# sweeps of a daemon whose store did not change.
 daemon_sweeps() {
     python3 - "$WORK/store" "$1" "${2:-}" <<'EOF'
 import glob, json, socket, sys, time
@@ -157,6 +156,6 @@ mib() { echo "scale=1; $1 / 1048576" | bc; }
     echo "| mount latency (ms) | ops | stat p50 | stat p99 | cat p50 | cat p99 |"
     echo "|---|---|---|---|---|---|"
     echo "| idle | $idle_n | $idle_s50 | $idle_s99 | $idle_c50 | $idle_c99 |"
-    echo "| during $full full sweeps (2 timed, then back to back in the daemon with --recount) | $sw_n | $sw_s50 | $sw_s99 | $sw_c50 | $sw_c99 |"
-    echo "| during $quiet quiet sweeps (back to back in the daemon) | $q_n | $q_s50 | $q_s99 | $q_c50 | $q_c99 |"
+    echo "| during $full full sweeps (2 timed, then back to back through the daemon with --recount) | $sw_n | $sw_s50 | $sw_s99 | $sw_c50 | $sw_c99 |"
+    echo "| during $quiet quiet sweeps (back to back through the daemon) | $q_n | $q_s50 | $q_s99 | $q_c50 | $q_c99 |"
 } | tee "$RESULTS"
