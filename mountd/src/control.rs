@@ -21,7 +21,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Protocol version spoken by this daemon (docs/CONTROL.md).
@@ -69,8 +69,9 @@ pub(crate) struct Context {
     pub(crate) only: Vec<String>,
     pub(crate) mountpoint: PathBuf,
     /// The FUSE connection number of the mount (its device minor), by which
-    /// a client tells a served mount from a stale one (strata::mounttab).
-    pub(crate) connection: Option<u32>,
+    /// a client tells a served mount from a stale one (strata::mounttab);
+    /// set once the mount is made (the socket is bound before).
+    pub(crate) connection: Arc<OnceLock<u32>>,
     pub(crate) started: Instant,
     pub(crate) materializer: Arc<Materializer>,
     pub(crate) last_sweep: Arc<LastSweep>,
@@ -120,7 +121,7 @@ impl Context {
             stats,
             only,
             mountpoint,
-            connection: None,
+            connection: Arc::default(),
             started: Instant::now(),
             materializer,
             last_sweep,
@@ -299,7 +300,7 @@ fn status(ctx: &Context) -> Answer {
     Ok(json!({
         "pid": std::process::id(),
         "mountpoint": ctx.mountpoint,
-        "fuse_connection": ctx.connection,
+        "fuse_connection": ctx.connection.get(),
         "uptime_s": ctx.started.elapsed().as_secs(),
         "sets": sets(ctx),
         "pinned_generations": ctx.gens.pinned(),

@@ -145,13 +145,6 @@ fn run(args: Args) -> Result<(), String> {
     ];
     config.n_threads = Some(args.threads.max(1));
     config.clone_fd = true;
-    let session = Session::new(fs, &mountpoint, &config)
-        .map_err(|e| format!("mount {}: {e}", mountpoint.display()))?;
-    let connection = strata::mounttab::find(&mountpoint)
-        .ok()
-        .flatten()
-        .map(|m| m.minor);
-    spawn_signal_waiter(mountpoint.clone());
     let policy = worker::Policy {
         enabled: !args.no_materialize,
         ratio: args.materialize_ratio,
@@ -168,7 +161,7 @@ fn run(args: Args) -> Result<(), String> {
         Duration::from_secs(args.sweep_grace_s),
         args.store.to_args(),
     ));
-    let mut ctx = control::Context::new(
+    let ctx = control::Context::new(
         gens.clone(),
         stats,
         args.set.clone(),
@@ -176,9 +169,24 @@ fn run(args: Args) -> Result<(), String> {
         materializer.clone(),
         last_sweep.clone(),
     );
-    ctx.connection = connection;
+    let connection = ctx.connection.clone();
+    // The socket is bound before the mount is made, so no mount of this
+    // daemon ever exists without a daemon that answers for it: that is how
+    // `strata::mounttab` tells a served mount from a stale one.
     let socket = control::start(&root, ctx).map_err(|e| format!("control socket: {e}"))?;
     info!("control socket {}", socket.display());
+    let session = match Session::new(fs, &mountpoint, &config) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&socket);
+            materializer.shutdown(SHUTDOWN_DEADLINE);
+            return Err(format!("mount {}: {e}", mountpoint.display()));
+        }
+    };
+    if let Ok(Some(m)) = strata::mounttab::find(&mountpoint) {
+        let _ = connection.set(m.minor);
+    }
+    spawn_signal_waiter(mountpoint.clone());
     let (stop, refresher) = spawn_refresher(
         gens.clone(),
         args.set,
