@@ -35,6 +35,16 @@ pub mod verify;
 pub use error::{Error, ErrorKind, Result};
 pub use store::Store;
 
+/// strata's binaries are installed side by side: `name` next to the running
+/// binary, else `name` to be found on `PATH`.
+pub fn sibling_binary(name: &str) -> std::path::PathBuf {
+    std::env::current_exe()
+        .ok()
+        .map(|p| p.with_file_name(name))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| std::path::PathBuf::from(name))
+}
+
 /// An error and its sources as one line, for reports.
 pub fn cli_chain(e: &Error) -> String {
     let mut s = e.to_string();

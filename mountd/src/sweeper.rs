@@ -18,7 +18,6 @@
 
 use serde_json::{json, Value};
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -77,22 +76,13 @@ impl LastSweep {
     }
 }
 
-/// `strata` next to this binary, else from `PATH`.
-fn strata_binary() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .map(|p| p.with_file_name("strata"))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from("strata"))
-}
-
 fn run_child(
     store_args: &[OsString],
     grace: Duration,
     dry_run: bool,
     recount: bool,
 ) -> Result<SweepReport, String> {
-    let bin = strata_binary();
+    let bin = strata::sibling_binary("strata");
     let mut cmd = Command::new(&bin);
     cmd.args(store_args)
         .args(["sweep", "--in-process", "--background", "--json", "--grace"])

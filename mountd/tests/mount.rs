@@ -369,6 +369,15 @@ fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
     );
 }
 
+/// `f.txt` ("content") committed to set `s` and served by a new mount.
+fn one_file_mounted(st: &Path, mnt: &Path, src: &Path, store: &Store) -> Mount {
+    write(src, "f.txt", b"content");
+    commit_dir(store, "s", src);
+    let m = Mount::start(st, mnt);
+    assert_eq!(fs::read(mnt.join("s/latest/f.txt")).unwrap(), b"content");
+    m
+}
+
 #[test]
 fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
     let Scratch {
@@ -378,13 +387,7 @@ fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
         src,
         store,
     } = scratch();
-    write(&src, "f.txt", b"content");
-    commit_dir(&store, "s", &src);
-    let mut m = Mount::start(&st, &mnt);
-    assert_eq!(
-        fs::read(m.point.join("s/latest/f.txt")).unwrap(),
-        b"content"
-    );
+    let mut m = one_file_mounted(&st, &mnt, &src, &store);
     let pins: Vec<String> = fs::read_dir(st.join("pins/s"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -516,10 +519,7 @@ fn a_new_daemon_recovers_a_mount_hung_by_a_stuck_invalidation() {
         src,
         store,
     } = scratch();
-    write(&src, "f.txt", b"content");
-    commit_dir(&store, "s", &src);
-    let mut m = Mount::start(&st, &mnt);
-    assert_eq!(fs::read(mnt.join("s/latest/f.txt")).unwrap(), b"content");
+    let mut m = one_file_mounted(&st, &mnt, &src, &store);
     let gens = fs::metadata(mnt.join("s/gens")).unwrap().ino();
     let minor = strata::mounttab::find(&mnt).unwrap().unwrap().minor;
     let waiting = format!("/sys/fs/fuse/connections/{minor}/waiting");

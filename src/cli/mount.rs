@@ -6,7 +6,7 @@ use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use strata::error::{Error, Result};
@@ -15,15 +15,6 @@ use strata::storage::{Location, StoreArgs};
 
 /// How long `strata mount` waits for the daemon to mount.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// `strata-mountd` next to this binary, else from `PATH`.
-fn daemon_binary() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .map(|p| p.with_file_name("strata-mountd"))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from("strata-mountd"))
-}
 
 /// True when `point` is a mount point in this namespace.
 fn is_mounted(point: &Path) -> bool {
@@ -64,7 +55,7 @@ pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
     if let Some(r) = mounttab::prepare(&point)? {
         report_recovered(&point, r);
     }
-    let mut cmd = Command::new(daemon_binary());
+    let mut cmd = Command::new(strata::sibling_binary("strata-mountd"));
     match a.store {
         Location::Local(p) => cmd.arg("--store").arg(p),
         Location::S3(_) => cmd.args(a.store_args.to_args()),
