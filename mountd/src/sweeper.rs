@@ -8,10 +8,11 @@
 //! autogroup is at nice 19. The child is started with posix_spawn (no
 //! `pre_exec` hook), so the daemon's address space is never forked: a fork
 //! would copy its page tables under the memory-map lock the FUSE threads
-//! need. In the daemon itself a full sweep of a 1M-object store took the FUSE threads'
-//! CPU and process-wide resources (its allocations, its kernel work) and
-//! doubled stat and quadrupled cat p99 on the mount; in its own low-weight
-//! autogroup it leaves stat p99 where it was (docs/BENCHMARKS.md). The
+//! need. In the daemon itself a full sweep of a 1M-object store took the
+//! FUSE threads' CPU and process-wide resources (its allocations, its
+//! kernel work) and doubled stat and quadrupled cat p99 on the mount; in
+//! its own low-weight autogroup it leaves stat p99 where it was
+//! (docs/BENCHMARKS.md). The
 //! child's report is the daemon's answer; its failure, with the child's
 //! message, is the daemon's error. The daemon's memory does not grow with
 //! the store it sweeps.
