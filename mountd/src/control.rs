@@ -308,6 +308,8 @@ fn status(ctx: &Context) -> Answer {
         "open_handles": ctx.stats.handles.load(Ordering::Relaxed),
         "verified_blobs": ctx.stats.verified.load(Ordering::Relaxed),
         "verify_failures": ctx.stats.verify_failures.load(Ordering::Relaxed),
+        "lookups": ctx.stats.lookups.load(Ordering::Relaxed),
+        "bare_entries": ctx.stats.bare_entries.load(Ordering::Relaxed),
         "rss_bytes": rss_bytes(),
         "last_sweep": ctx.last_sweep.get(),
         "remote_requests": ctx.gens.store().storage().request_counts(),

@@ -15,7 +15,8 @@
 //! kernel lookup in its generation's slot (node.rs).
 
 use crate::gen::{Gen, Gens};
-use crate::node::{dir_offset, ino_of, offset_pos, Inodes, Node, Resolved};
+use crate::node::{dir_offset, ino_of, is_entry, offset_pos, pack_pos, Inodes, Node, Resolved};
+use crate::stat_habits::StatHabits;
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
@@ -43,6 +44,8 @@ use tracing::{error, info, warn};
 const IMMUTABLE_TTL: Duration = Duration::from_secs(86_400);
 /// Synthetic nodes (set list, generation list, `latest`, tags) follow commits.
 const LIVE_TTL: Duration = Duration::from_millis(500);
+/// `st_blksize` of directories (see [`blksize`]).
+const DIR_BLKSIZE: u32 = 256 << 10;
 
 /// When standalone blobs are hashed in full before they are served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -116,6 +119,10 @@ pub(crate) struct Stats {
     pub(crate) handles: AtomicU64,
     pub(crate) verified: AtomicU64,
     pub(crate) verify_failures: AtomicU64,
+    /// Lookups answered with an entry.
+    pub(crate) lookups: AtomicU64,
+    /// Entries listed by readdirplus without attributes.
+    pub(crate) bare_entries: AtomicU64,
 }
 
 pub(crate) struct StrataFs {
@@ -124,6 +131,8 @@ pub(crate) struct StrataFs {
     /// Sets served; empty means every set of the store.
     only: Vec<String>,
     inodes: Mutex<Inodes>,
+    /// Which callers get attributes with every listed entry.
+    habits: StatHabits,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     passthrough: bool,
@@ -173,6 +182,17 @@ fn time_of(ns: i64) -> SystemTime {
         UNIX_EPOCH + Duration::from_nanos(ns as u64)
     } else {
         UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+/// Directories advertise a large block size: glibc sizes its `getdents`
+/// buffer from it, and the kernel asks for a listing in requests of that
+/// size, so a directory of a thousand entries is one round trip, not six.
+fn blksize(kind: FileType) -> u32 {
+    if kind == FileType::Directory {
+        DIR_BLKSIZE
+    } else {
+        4096
     }
 }
 
@@ -231,6 +251,7 @@ impl StrataFs {
             gens,
             only,
             inodes: Mutex::new(Inodes::default()),
+            habits: StatHabits::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             passthrough: false,
@@ -315,7 +336,7 @@ impl StrataFs {
             uid: self.uid,
             gid: self.gid,
             rdev: 0,
-            blksize: 4096,
+            blksize: blksize(kind),
             flags: 0,
         }
     }
@@ -345,7 +366,7 @@ impl StrataFs {
                 self.gid
             },
             rdev: 0,
-            blksize: 4096,
+            blksize: blksize(kind),
             flags: 0,
         }
     }
@@ -1009,6 +1030,17 @@ impl StrataFs {
         Ok(())
     }
 
+    /// The inode number of the entry at `pos` of `gen`, without counting a
+    /// lookup. `base` keeps the generation's slot for the rest of a reply
+    /// (every entry of one listing is of the same generation).
+    fn entry_ino(&self, base: &mut Option<u64>, gen: &Arc<Gen>, pos: RowPos) -> Reply<u64> {
+        let base = match *base {
+            Some(b) => b,
+            None => *base.insert(self.inodes().entry_base(gen).ok_or(Errno::EOVERFLOW)?),
+        };
+        Ok(base | pack_pos(pos).ok_or(Errno::EOVERFLOW)?)
+    }
+
     /// Attributes and TTLs of one readdirplus entry, counted as a lookup
     /// unless it is a dot entry (the kernel does not link those).
     fn plus_entry(
@@ -1049,6 +1081,31 @@ impl StrataFs {
     }
 }
 
+/// Add a non-directory entry without a node id: the kernel links nothing
+/// and counts no lookup, and only `d_ino` and `d_type` reach the reader (see
+/// stat_habits.rs). True if the reply is full.
+fn add_bare(reply: &mut ReplyDirectoryPlus, ino: u64, row: &Row, off: u64) -> bool {
+    let attr = FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: file_type(row.kind),
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    };
+    let name = OsStr::from_bytes(&row.name);
+    reply.add(INodeNo(0), off, name, &Duration::ZERO, &attr, Generation(0))
+}
+
 fn listed_name<'a>(item: &'a Listed<'_>) -> &'a OsStr {
     match item {
         Listed::Dot(d) => OsStr::new(d),
@@ -1082,9 +1139,15 @@ impl Filesystem for StrataFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match guarded("lookup", || self.do_lookup(parent, name)) {
-            Ok((attr, ttl)) => reply.entry(&ttl, &attr, Generation(0)),
+            Ok((attr, ttl)) => {
+                self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+                if attr.kind != FileType::Directory && is_entry(attr.ino.0) {
+                    self.habits.looked_up(req.pid());
+                }
+                reply.entry(&ttl, &attr, Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -1172,9 +1235,17 @@ impl Filesystem for StrataFs {
         reply.ok();
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match guarded("opendir", || self.do_opendir(ino)) {
-            Ok((h, flags)) => reply.opened(FileHandle(self.new_handle(h)), flags),
+            Ok((h, mut flags)) => {
+                if flags.contains(FopenFlags::FOPEN_KEEP_CACHE)
+                    && !self.habits.keeps_listing(req.pid(), ino.0)
+                {
+                    // Fetched bare, and this caller stats: fetch it again.
+                    flags.remove(FopenFlags::FOPEN_KEEP_CACHE);
+                }
+                reply.opened(FileHandle(self.new_handle(h)), flags)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -1187,6 +1258,7 @@ impl Filesystem for StrataFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let mut base = None;
         let r = guarded("readdir", || {
             self.walk_dir(fh, offset, |off, item| {
                 let (child, kind) = match &item {
@@ -1195,8 +1267,7 @@ impl Filesystem for StrataFs {
                     Listed::Dot(_) => (ino.0, FileType::Directory),
                     Listed::Synthetic(i) => (ino_of(&i.node), i.kind),
                     Listed::Entry(gen, row, pos) => {
-                        let n = self.inodes().entry_ino(gen, *pos);
-                        (n.ok_or(Errno::EOVERFLOW)?, file_type(row.kind))
+                        (self.entry_ino(&mut base, gen, *pos)?, file_type(row.kind))
                     }
                 };
                 Ok(reply.add(INodeNo(child), off, kind, listed_name(&item)))
@@ -1216,9 +1287,20 @@ impl Filesystem for StrataFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let attrs = self.habits.wants_attrs(req.pid());
         let mut added = 0usize;
+        let mut bare = 0u64;
+        let mut base = None;
         let r = guarded("readdirplus", || {
             self.walk_dir(fh, offset, |off, item| {
+                if let Listed::Entry(gen, row, pos) = &item {
+                    if row.kind != Kind::Dir && !attrs {
+                        let ino = self.entry_ino(&mut base, gen, *pos)?;
+                        let full = add_bare(&mut reply, ino, row, off);
+                        bare += u64::from(!full);
+                        return Ok(full);
+                    }
+                }
                 let name = listed_name(&item).to_os_string();
                 let (attr, entry_ttl, attr_ttl, counted) = self.plus_entry(ino, item)?;
                 // fuser sends one TTL for both entry and attributes.
@@ -1232,6 +1314,8 @@ impl Filesystem for StrataFs {
                 Ok(full)
             })
         });
+        self.habits.listed_bare(req.pid(), ino.0, bare);
+        self.stats.bare_entries.fetch_add(bare, Ordering::Relaxed);
         match r {
             // Entries already counted as lookups must reach the kernel (it
             // forgets only what it received); the error recurs at the next

@@ -13,6 +13,7 @@ mod gen;
 mod metrics;
 mod node;
 mod notify;
+mod stat_habits;
 mod sweeper;
 mod worker;
 

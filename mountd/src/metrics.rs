@@ -98,6 +98,18 @@ pub(crate) fn render(ctx: &Context, rss_bytes: u64) -> String {
         "Content that did not match its digest (served as EIO).",
         failures,
     );
+    f.single(
+        "strata_mountd_lookups_total",
+        "counter",
+        "Lookups answered with an entry.",
+        load(&stats.lookups),
+    );
+    f.single(
+        "strata_mountd_bare_entries_total",
+        "counter",
+        "Entries listed by readdirplus without attributes.",
+        load(&stats.bare_entries),
+    );
     f.head(
         "strata_set_latest_generation",
         "gauge",

@@ -119,6 +119,11 @@ fn key(tag: u8, set: &str, gen: u64, path: &[u8]) -> Vec<u8> {
     k
 }
 
+/// Whether `ino` names an entry of a generation (not a synthetic node).
+pub(crate) fn is_entry(ino: u64) -> bool {
+    ino & ENTRY_BIT != 0
+}
+
 /// The inode number a synthetic node would get, without registering it.
 pub(crate) fn ino_of(node: &Node) -> u64 {
     if matches!(node, Node::Root) {
@@ -220,6 +225,13 @@ impl Inodes {
     /// The inode number of the entry at `pos` of `gen`, without counting a
     /// lookup (for plain readdir). `None` if the number space is exhausted.
     pub(crate) fn entry_ino(&mut self, gen: &Arc<Gen>, pos: RowPos) -> Option<u64> {
+        Some(self.entry_base(gen)? | pack_pos(pos)?)
+    }
+
+    /// The part of an entry's inode number that names `gen`'s slot: an
+    /// entry at `pos` is `base | pack_pos(pos)`. `None` if the number space
+    /// is exhausted.
+    pub(crate) fn entry_base(&mut self, gen: &Arc<Gen>) -> Option<u64> {
         let top = gen.view.top().manifest_name.clone();
         let key = (gen.set.clone(), gen.generation, top);
         let slot = match self.slot_of.get(&key) {
@@ -236,7 +248,7 @@ impl Inodes {
                 s
             }
         };
-        Some(ENTRY_BIT | (u64::from(slot) << POS_BITS) | pack_pos(pos)?)
+        Some(ENTRY_BIT | (u64::from(slot) << POS_BITS))
     }
 
     /// Count one kernel lookup of the entry at `pos` of `gen`.

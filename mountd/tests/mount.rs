@@ -922,6 +922,83 @@ fn walked_generations_are_released_once_the_kernel_forgets_them() {
     assert!(pins.iter().all(|p| p.generation == 2), "only latest pinned");
 }
 
+fn counter(st: &Path, name: &str) -> u64 {
+    status(st)[name].as_u64().unwrap()
+}
+
+/// `find -printf` of every entry below `root`: relative path, type, size
+/// (not of directories), permissions, mtime and link target, sorted.
+fn stat_listing(root: &Path) -> Vec<String> {
+    let out = Command::new("find")
+        .arg(root)
+        .args([
+            "-mindepth",
+            "1",
+            "(",
+            "-type",
+            "d",
+            "-printf",
+            "%P d %m %T@\n",
+            ")",
+        ])
+        .args(["-o", "-printf", "%P %y %s %m %T@ %l\n"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut lines: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_walk_that_reads_only_names_instantiates_no_file_inodes() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    for i in 0..2000 {
+        write(
+            &src,
+            &format!("d{}/f{i}", i % 4),
+            &noise(i, (i % 50) as usize),
+        );
+    }
+    symlink("d0/f0", src.join("link")).unwrap();
+    commit_dir(&store, "s", &src);
+    let m = Mount::start(&st, &mnt);
+    let root = m.point.join("s/gens/1");
+    let names = Command::new("find").arg(&root).output().unwrap();
+    assert_eq!(names.stdout.split(|b| *b == b'\n').count(), 2000 + 6 + 1);
+    // Files went out bare: the kernel made no inode for them and looked
+    // none up (only the few directories and synthetic nodes).
+    assert!(counter(&st, "bare_entries") >= 2001);
+    let held = counter(&st, "inodes");
+    assert!(held < 50, "{held} inodes held after a names-only walk");
+    let lookups = counter(&st, "lookups");
+    assert!(lookups < 50, "{lookups} lookups during a names-only walk");
+    // A walk that stats everything sees exactly the committed attributes.
+    // It looks up the files of its first directory (listed bare); from
+    // then on it is listed with attributes, so it looks up far fewer than
+    // the 2,001 non-directory entries.
+    assert_eq!(stat_listing(&root), stat_listing(&src));
+    let looked_up = counter(&st, "lookups") - lookups;
+    assert!(
+        (500..1500).contains(&looked_up),
+        "{looked_up} lookups for a stat walk of 2,001 files in 4 directories"
+    );
+    assert!(
+        counter(&st, "inodes") > 2000,
+        "the stat walk holds its inodes"
+    );
+}
+
 #[test]
 fn verify_always_rechecks_a_blob_at_every_open() {
     let Scratch {

@@ -1,0 +1,218 @@
+//! Which readdirplus entries carry attributes.
+//!
+//! The kernel makes an inode and a dentry for every readdirplus entry that
+//! carries a node id: about 2.5 µs of kernel time each, and memory until
+//! reclaim. That is wasted on a walk that only reads names (`find`,
+//! `find -name`, `ls -f`) and saves a lookup round trip per entry on one
+//! that stats or opens what it lists (`ls -l`, `find -printf '%s'`, `du`,
+//! `grep -r`). So directory entries always carry attributes (every walker
+//! descends through them), and other entries go bare (node id zero, real
+//! `d_ino` and type; the kernel looks the name up if something needs it)
+//! to a caller that has not shown that it uses them.
+//!
+//! The kernel keeps a listing it fetched (names only, FOPEN_CACHE_DIR) and
+//! serves later reads of the directory from it, so a caller that stats
+//! would find no attributes there if the listing was fetched bare. Such
+//! directories are remembered, and when a caller that stats opens one, the
+//! kernel is told to drop the kept listing and fetch it again, this time
+//! with attributes.
+//!
+//! A caller is the thread id in the request header. It has shown that it
+//! uses what it lists once its lookups of non-directory entries reach
+//! [`MIN_LOOKUPS`] and a quarter of the bare entries it was sent; from then
+//! on it gets attributes for everything. What is remembered is bounded: past
+//! [`CAPACITY`] callers, the least recently seen one is forgotten. The
+//! choice only moves work between readdirplus and lookup; both give the
+//! same attributes, so it never changes what a reader sees.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, PoisonError};
+
+/// Callers remembered at most.
+const CAPACITY: usize = 1024;
+/// Lookups a caller makes before it can count as one that stats.
+const MIN_LOOKUPS: u64 = 8;
+/// Directories listed bare remembered at most; past it the record starts
+/// over (a forgotten one only costs a caller that stats its lookups).
+const DIR_CAPACITY: usize = 1 << 16;
+
+#[derive(Default)]
+struct Habit {
+    /// Non-directory entries listed to this caller without attributes.
+    bare: u64,
+    /// Lookups of non-directory entries by this caller since then.
+    looked_up: u64,
+    /// When this caller was last seen (a tick of [`Callers`]).
+    seen: u64,
+}
+
+impl Habit {
+    fn stats(&self) -> bool {
+        self.looked_up >= MIN_LOOKUPS && self.looked_up.saturating_mul(4) >= self.bare
+    }
+}
+
+#[derive(Default)]
+struct Callers {
+    by_pid: HashMap<u32, Habit>,
+    tick: u64,
+    /// Directory inodes whose kept listing may have been fetched bare.
+    bare_dirs: HashSet<u64>,
+}
+
+/// What each recent caller does with the entries it is listed.
+#[derive(Default)]
+pub(crate) struct StatHabits {
+    callers: Mutex<Callers>,
+}
+
+impl StatHabits {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Callers> {
+        self.callers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether non-directory entries listed to `pid` should carry
+    /// attributes.
+    pub(crate) fn wants_attrs(&self, pid: u32) -> bool {
+        self.lock().by_pid.get(&pid).is_some_and(Habit::stats)
+    }
+
+    /// `n` non-directory entries of directory `dir` were listed to `pid`
+    /// without attributes.
+    pub(crate) fn listed_bare(&self, pid: u32, dir: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut callers = self.lock();
+        if callers.bare_dirs.len() >= DIR_CAPACITY {
+            callers.bare_dirs.clear();
+        }
+        callers.bare_dirs.insert(dir);
+        let habit = callers.habit(pid);
+        habit.bare = habit.bare.saturating_add(n);
+    }
+
+    /// Whether the kernel may serve `pid` the listing of `dir` it keeps.
+    /// Not when `pid` stats what it lists and that listing was fetched
+    /// bare: then it is fetched again (with attributes).
+    pub(crate) fn keeps_listing(&self, pid: u32, dir: u64) -> bool {
+        let mut callers = self.lock();
+        let stats = callers.by_pid.get(&pid).is_some_and(Habit::stats);
+        !(stats && callers.bare_dirs.remove(&dir))
+    }
+
+    /// `pid` looked up a non-directory entry (also one it was never listed
+    /// by the daemon: the kernel may have served it a kept listing).
+    pub(crate) fn looked_up(&self, pid: u32) {
+        let mut callers = self.lock();
+        let habit = callers.habit(pid);
+        habit.looked_up = habit.looked_up.saturating_add(1);
+    }
+
+    /// Callers currently remembered.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().by_pid.len()
+    }
+}
+
+impl Callers {
+    /// The habit of `pid`, marked as just seen; a new caller past
+    /// [`CAPACITY`] replaces the least recently seen one.
+    fn habit(&mut self, pid: u32) -> &mut Habit {
+        self.tick += 1;
+        if self.by_pid.len() >= CAPACITY && !self.by_pid.contains_key(&pid) {
+            let oldest = self.by_pid.iter().min_by_key(|(_, h)| h.seen);
+            if let Some(&old) = oldest.map(|(pid, _)| pid) {
+                self.by_pid.remove(&old);
+            }
+        }
+        let habit = self.by_pid.entry(pid).or_default();
+        habit.seen = self.tick;
+        habit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_that_only_reads_names_stays_bare() {
+        let h = StatHabits::default();
+        assert!(!h.wants_attrs(7));
+        h.listed_bare(7, 1, 1000);
+        // find descends directories, which are never bare: no lookups here.
+        assert!(!h.wants_attrs(7));
+        h.listed_bare(7, 1, 1000);
+        assert!(!h.wants_attrs(7));
+    }
+
+    #[test]
+    fn a_caller_that_stats_what_it_lists_gets_attributes() {
+        let h = StatHabits::default();
+        h.listed_bare(7, 1, 40);
+        for _ in 0..9 {
+            h.looked_up(7);
+        }
+        assert!(!h.wants_attrs(7), "9 of 40 is under a quarter");
+        h.looked_up(7);
+        assert!(h.wants_attrs(7));
+        assert!(!h.wants_attrs(8), "habits are per caller");
+    }
+
+    #[test]
+    fn a_bare_kept_listing_is_refetched_once_for_a_caller_that_stats() {
+        let h = StatHabits::default();
+        h.listed_bare(7, 100, 50);
+        assert!(h.keeps_listing(7, 100), "the caller that read names only");
+        h.listed_bare(8, 200, 1);
+        for _ in 0..MIN_LOOKUPS {
+            h.looked_up(8);
+        }
+        assert!(h.keeps_listing(8, 300), "never listed bare");
+        assert!(!h.keeps_listing(8, 100), "listed bare: fetch again");
+        assert!(h.keeps_listing(8, 100), "fetched again with attributes");
+    }
+
+    #[test]
+    fn a_few_lookups_are_not_a_habit() {
+        let h = StatHabits::default();
+        h.listed_bare(7, 1, 4);
+        for _ in 0..(MIN_LOOKUPS - 1) {
+            h.looked_up(7);
+        }
+        assert!(!h.wants_attrs(7));
+    }
+
+    #[test]
+    fn a_caller_served_from_kept_listings_is_known_by_its_lookups() {
+        let h = StatHabits::default();
+        h.listed_bare(7, 100, 50);
+        // Caller 9 reads directory 100 from the kernel's kept listing (the
+        // daemon sees no readdir) and stats its entries.
+        for _ in 0..MIN_LOOKUPS {
+            h.looked_up(9);
+        }
+        assert!(h.wants_attrs(9));
+        assert!(!h.keeps_listing(9, 100));
+    }
+
+    #[test]
+    fn memory_is_bounded_and_the_least_recent_caller_goes_first() {
+        let h = StatHabits::default();
+        h.listed_bare(0, 1, 1);
+        for _ in 0..MIN_LOOKUPS {
+            h.looked_up(0);
+        }
+        for pid in 1..CAPACITY as u32 {
+            h.listed_bare(pid, 1, 1);
+        }
+        // Caller 0 is listed again, so caller 1 is now the least recent.
+        h.listed_bare(0, 1, 1);
+        h.listed_bare(CAPACITY as u32, 1, 1);
+        assert_eq!(h.len(), CAPACITY);
+        assert!(h.wants_attrs(0));
+        assert!(!h.lock().by_pid.contains_key(&1), "caller 1 was forgotten");
+    }
+}
