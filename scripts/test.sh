@@ -16,6 +16,7 @@ need setpriv util-linux   # unreadable-file tests run the CLI as an unprivileged
 need mkfifo coreutils     # special-file tests
 need umount mount         # mount tests detach leftover mounts
 need diff diffutils       # mount tests compare generations with diff -r
+need fusermount3 fuse3    # a user's mount (not root) is made and unmounted through it
 # The control-socket test runs a tiny client as another uid; it needs the
 # system interpreter (a per-user one under /root is unreadable to nobody).
 [ -x /usr/bin/python3 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3; }

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The file system type of a strata mount: `fuse` when mounted with
@@ -215,17 +216,49 @@ pub struct Recovered {
 /// on it) and detach the mount. Only for [`Occupant::Stale`].
 pub fn recover(entry: &MountEntry) -> Result<Recovered> {
     let aborted = abort_connection(entry.minor);
-    let c = CString::new(entry.point.as_os_str().as_bytes())
-        .map_err(|_| Error::Invalid("nul in mount point".into()))?;
-    // SAFETY: a valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-        return Err(Error::io(
-            "umount",
-            &entry.point,
-            std::io::Error::last_os_error(),
-        ));
-    }
+    unmount(&entry.point, true).map_err(|e| Error::io("umount", &entry.point, e))?;
     Ok(Recovered { aborted })
+}
+
+/// Unmount `point`: lazily (`MNT_DETACH`: detached now, open files served
+/// until their last close) or not (EBUSY while anything is open). Only
+/// root may call umount2; a user unmounts a FUSE mount of their own
+/// through the setuid `fusermount3 -u [-z]`, as libfuse does, and its
+/// "busy" answer comes back as EBUSY.
+pub fn unmount(point: &Path, lazy: bool) -> std::io::Result<()> {
+    let c = CString::new(point.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    // SAFETY: geteuid has no preconditions.
+    if e.raw_os_error() != Some(libc::EPERM) || unsafe { libc::geteuid() } == 0 {
+        return Err(e);
+    }
+    fusermount_unmount(point, lazy)
+}
+
+fn fusermount_unmount(point: &Path, lazy: bool) -> std::io::Result<()> {
+    let out = Command::new("fusermount3")
+        .arg(if lazy { "-uz" } else { "-u" })
+        .arg(point)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| std::io::Error::new(e.kind(), format!("fusermount3: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    if said.contains("busy") {
+        return Err(std::io::Error::from_raw_os_error(libc::EBUSY));
+    }
+    Err(std::io::Error::other(format!(
+        "fusermount3 -u failed ({}): {}",
+        out.status,
+        said.trim()
+    )))
 }
 
 /// Write `1` to the connection's fusectl `abort` file, mounting fusectl

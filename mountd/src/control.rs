@@ -367,7 +367,7 @@ fn tasks(ctx: &Context) -> Answer {
 }
 
 fn unmount(ctx: &Context) -> Answer {
-    match crate::umount(&ctx.mountpoint, 0) {
+    match strata::mounttab::unmount(&ctx.mountpoint, false) {
         Ok(()) => Ok(json!({ "unmounted": true })),
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
             Err(("busy", "mount is busy; use `strata unmount --lazy`".into()))

@@ -1116,7 +1116,12 @@ fn listed_name<'a>(item: &'a Listed<'_>) -> &'a OsStr {
 
 impl Filesystem for StrataFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+        // Opening a backing file needs CAP_SYS_ADMIN: a user's mount
+        // serves reads instead.
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root
+            && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
             && config.set_max_stack_depth(1).is_ok()
         {
             self.passthrough = true;

@@ -20,8 +20,6 @@ mod worker;
 use clap::Parser;
 use fuser::{Config, INodeNo, MountOption, Notifier, Session};
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -181,7 +179,11 @@ fn run(args: Args) -> Result<(), String> {
         Err(e) => {
             let _ = std::fs::remove_file(&socket);
             materializer.shutdown(SHUTDOWN_DEADLINE);
-            return Err(format!("mount {}: {e}", mountpoint.display()));
+            return Err(format!(
+                "mount {}: {e}{}",
+                mountpoint.display(),
+                mount_hint(&e)
+            ));
         }
     };
     if let Ok(Some(m)) = strata::mounttab::find(&mountpoint) {
@@ -270,21 +272,28 @@ fn session_ended(result: std::io::Result<()>) -> Result<(), String> {
     }
 }
 
-/// Lazily detach the mount: new lookups fail, open files keep working.
-fn detach(mountpoint: &Path) {
-    if let Err(e) = umount(mountpoint, libc::MNT_DETACH) {
-        error!("detach {}: {e}", mountpoint.display());
+/// Why a user's mount may have failed: the kernel's `/dev/fuse` must be
+/// open to them (Debian's udev rule makes it 0666; some containers leave
+/// it 0600), and `fusermount3` (Debian's fuse3) must be installed.
+fn mount_hint(e: &std::io::Error) -> String {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return String::new();
+    }
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => {
+            "; a user's mount needs /dev/fuse readable and writable by them (mode 0666)".into()
+        }
+        std::io::ErrorKind::NotFound => "; a user's mount needs fusermount3 (Debian: fuse3)".into(),
+        _ => String::new(),
     }
 }
 
-/// `umount2(mountpoint, flags)`.
-pub(crate) fn umount(mountpoint: &Path, flags: i32) -> std::io::Result<()> {
-    let c = CString::new(mountpoint.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: a valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
-        return Err(std::io::Error::last_os_error());
+/// Lazily detach the mount: new lookups fail, open files keep working.
+fn detach(mountpoint: &Path) {
+    if let Err(e) = strata::mounttab::unmount(mountpoint, true) {
+        error!("detach {}: {e}", mountpoint.display());
     }
-    Ok(())
 }
 
 /// Tell the kernel what changed about a set's latest: a new generation

@@ -999,6 +999,102 @@ fn a_walk_that_reads_only_names_instantiates_no_file_inodes() {
     );
 }
 
+/// `program` run as nobody (uid and gid 65534, no groups).
+fn as_nobody(program: &str) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", program]);
+    c
+}
+
+/// Lazily detaches a mount point when dropped (a failed test leaves none).
+struct DetachOnDrop(PathBuf);
+
+impl Drop for DetachOnDrop {
+    fn drop(&mut self) {
+        if mounted(&self.0) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+#[test]
+fn a_user_mounts_unmounts_and_recovers_a_mount_of_their_own() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store: _,
+    } = scratch();
+    write(&src, "f.txt", b"content");
+    write(&src, "big.bin", &noise(3, 3 << 20));
+    fs::create_dir_all(&mnt).unwrap();
+    let chown = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(_dir.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let _guard = DetachOnDrop(mnt.clone());
+    let bin = env!("CARGO_BIN_EXE_strata-mountd").replace("strata-mountd", "strata");
+    let strata = |args: &[&str]| {
+        let o = as_nobody(&bin).arg("--store").arg(&st).args(args).output();
+        let o = o.unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "strata {args:?}: {err}");
+        (String::from_utf8_lossy(&o.stdout).into_owned(), err)
+    };
+    let point = mnt.to_str().unwrap();
+    strata(&["commit", "--set", "s", src.to_str().unwrap()]);
+    // Debian's udev rule makes /dev/fuse 0666; this machine kind has no
+    // udev and leaves it 0600, through which no user can mount: the
+    // daemon's reason reaches the user. (Only this test mounts as a user.)
+    let mode = |m| -> fs::Permissions { std::os::unix::fs::PermissionsExt::from_mode(m) };
+    fs::set_permissions("/dev/fuse", mode(0o600)).unwrap();
+    let mut refused = as_nobody(&bin);
+    let refused = refused.arg("--store").arg(&st).args(["mount", point]);
+    let refused = refused.output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(said.contains("/dev/fuse readable and writable"), "{said}");
+    fs::set_permissions("/dev/fuse", mode(0o666)).unwrap();
+    let read = || {
+        let o = as_nobody("cat").arg(mnt.join("s/latest/f.txt")).output();
+        o.unwrap().stdout
+    };
+    // umount2 needs root: a user's mount goes through fusermount3, both
+    // for `strata unmount` and for the daemon's own detach.
+    strata(&["mount", point]);
+    assert_eq!(read(), b"content");
+    // A standalone blob: no passthrough without CAP_SYS_ADMIN, so the
+    // daemon serves its reads.
+    let big = as_nobody("cat").arg(mnt.join("s/latest/big.bin")).output();
+    assert!(big.unwrap().stdout == noise(3, 3 << 20));
+    strata(&["unmount", point]);
+    assert!(!mounted(&mnt));
+    let (out, _) = strata(&["mount", point]);
+    let pid: i32 = out
+        .split("strata-mountd pid ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no daemon pid in {out:?}"));
+    // SAFETY: signalling the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait_for("the daemon to die", || {
+        fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |s| s.split(' ').nth(2) == Some("Z"))
+    });
+    // A fresh mount by the same user detaches what the killed daemon left
+    // (fusectl needs root, so the connection is not aborted) and serves.
+    let (_, err) = strata(&["mount", point]);
+    assert!(err.contains("detached the stale mount"), "{err}");
+    assert_eq!(read(), b"content");
+    assert_eq!(mount_ids(&mnt).len(), 1, "the stale mount was detached");
+    strata(&["unmount", point]);
+    assert!(!mounted(&mnt));
+}
+
 #[test]
 fn verify_always_rechecks_a_blob_at_every_open() {
     let Scratch {

@@ -1,7 +1,6 @@
 //! `strata mount` / `strata unmount`: start the mount daemon and wait until
 //! the mount is ready; unmount cleanly, reporting who keeps a busy mount.
 
-use std::ffi::CString;
 use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -117,6 +116,7 @@ fn daemonize(mut cmd: Command, store: &Path, shown: &str, point: &Path) -> Resul
             Ok(())
         });
     }
+    let log_start = std::fs::metadata(&log_path).map_or(0, |m| m.len());
     let mut child = cmd
         .spawn()
         .map_err(|e| Error::io("spawn", "strata-mountd", e))?;
@@ -127,7 +127,8 @@ fn daemonize(mut cmd: Command, store: &Path, shown: &str, point: &Path) -> Resul
             .map_err(|e| Error::io("wait", "strata-mountd", e))?
         {
             return Err(Error::Invalid(format!(
-                "strata-mountd exited before mounting ({status}); see {}",
+                "strata-mountd exited before mounting ({status}){}; see {}",
+                last_error(&log_path, log_start),
                 log_path.display()
             )));
         }
@@ -153,6 +154,19 @@ fn daemonize(mut cmd: Command, store: &Path, shown: &str, point: &Path) -> Resul
     Ok(0)
 }
 
+/// The last error line this daemon run wrote to its log (past `from`), as
+/// `: <message>`, or nothing.
+fn last_error(log: &Path, from: u64) -> String {
+    let bytes = std::fs::read(log).unwrap_or_default();
+    let start = usize::try_from(from).map_or(bytes.len(), |f| f.min(bytes.len()));
+    let text = String::from_utf8_lossy(&bytes[start..]);
+    let Some(line) = text.lines().rev().find(|l| l.contains(" ERROR ")) else {
+        return String::new();
+    };
+    let message = line.split_once(": ").map_or(line, |(_, m)| m);
+    format!(": {}", message.trim())
+}
+
 pub(crate) fn unmount(mountpoint: &Path, lazy: bool) -> Result<i32> {
     let point = mounttab::resolve(mountpoint)?;
     match mounttab::occupant(&point)? {
@@ -175,11 +189,7 @@ pub(crate) fn unmount(mountpoint: &Path, lazy: bool) -> Result<i32> {
         }
         _ => {}
     }
-    let c = CString::new(point.as_os_str().as_bytes())
-        .map_err(|_| Error::Invalid("nul in path".into()))?;
-    let flags = if lazy { libc::MNT_DETACH } else { 0 };
-    // SAFETY: a valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+    let Err(e) = mounttab::unmount(&point, lazy) else {
         println!(
             "unmounted {}{}",
             point.display(),
@@ -190,8 +200,7 @@ pub(crate) fn unmount(mountpoint: &Path, lazy: bool) -> Result<i32> {
             }
         );
         return Ok(0);
-    }
-    let e = std::io::Error::last_os_error();
+    };
     if e.raw_os_error() != Some(libc::EBUSY) {
         return Err(Error::io("umount", &point, e));
     }
