@@ -85,6 +85,7 @@ const HELD_CHECK_EVERY: u64 = 4;
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
 fn main() {
+    limit_malloc_arenas();
     let args = Args::parse();
     init_logging();
     match run(args) {
@@ -94,6 +95,17 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// Keep glibc's allocator to two arenas. Every FUSE thread otherwise gets
+/// its own, and row groups decoded on one thread and freed on another
+/// leave each arena holding tens of MiB: after repeated cold walks of a
+/// 1M-entry generation the daemon's RSS grew to 234 MiB with the default
+/// (six arenas) and stays near 160 MiB with two, at the same walk times.
+fn limit_malloc_arenas() {
+    // SAFETY: mallopt only tunes the allocator; called before any thread
+    // starts.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
 }
 
 /// Log to stderr (the log file when daemonized) at `RUST_LOG`'s levels,
