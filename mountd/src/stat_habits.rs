@@ -40,7 +40,7 @@ const DIR_CAPACITY: usize = 1 << 16;
 struct Habit {
     /// Non-directory entries listed to this caller without attributes.
     bare: u64,
-    /// Lookups of non-directory entries by this caller since then.
+    /// Lookups of non-directory entries by this caller.
     looked_up: u64,
     /// When this caller was last seen (a tick of [`Callers`]).
     seen: u64,
