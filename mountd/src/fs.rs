@@ -1041,6 +1041,16 @@ impl StrataFs {
         Ok(base | pack_pos(pos).ok_or(Errno::EOVERFLOW)?)
     }
 
+    /// Add a non-directory entry without a node id: the kernel links
+    /// nothing and counts no lookup, and only `d_ino` and `d_type` of
+    /// `attr` reach the reader (see stat_habits.rs). True if the reply is
+    /// full.
+    fn add_bare(&self, reply: &mut ReplyDirectoryPlus, ino: u64, row: &Row, off: u64) -> bool {
+        let attr = self.synthetic_attr(ino, file_type(row.kind), 0);
+        let name = OsStr::from_bytes(&row.name);
+        reply.add(INodeNo(0), off, name, &Duration::ZERO, &attr, Generation(0))
+    }
+
     /// Attributes and TTLs of one readdirplus entry, counted as a lookup
     /// unless it is a dot entry (the kernel does not link those).
     fn plus_entry(
@@ -1079,31 +1089,6 @@ impl StrataFs {
             }
         }
     }
-}
-
-/// Add a non-directory entry without a node id: the kernel links nothing
-/// and counts no lookup, and only `d_ino` and `d_type` reach the reader (see
-/// stat_habits.rs). True if the reply is full.
-fn add_bare(reply: &mut ReplyDirectoryPlus, ino: u64, row: &Row, off: u64) -> bool {
-    let attr = FileAttr {
-        ino: INodeNo(ino),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: file_type(row.kind),
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 0,
-        flags: 0,
-    };
-    let name = OsStr::from_bytes(&row.name);
-    reply.add(INodeNo(0), off, name, &Duration::ZERO, &attr, Generation(0))
 }
 
 fn listed_name<'a>(item: &'a Listed<'_>) -> &'a OsStr {
@@ -1301,7 +1286,7 @@ impl Filesystem for StrataFs {
                 if let Listed::Entry(gen, row, pos) = &item {
                     if row.kind != Kind::Dir && !attrs {
                         let ino = self.entry_ino(&mut base, gen, *pos)?;
-                        let full = add_bare(&mut reply, ino, row, off);
+                        let full = self.add_bare(&mut reply, ino, row, off);
                         bare += u64::from(!full);
                         return Ok(full);
                     }
