@@ -509,6 +509,19 @@ impl Drop for AbortGuard {
 /// `/dev/fuse`, while a lookup waits on the stopped daemon. A new daemon on
 /// the same mount point must abort the connection (the lookup fails, the
 /// sender returns), detach the hung mount, and serve.
+/// Whether every thread of `pid` is stopped (state `T`).
+fn all_stopped(pid: u32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the parenthesized command name.
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    })
+}
+
 #[test]
 fn a_new_daemon_recovers_a_mount_hung_by_a_stuck_invalidation() {
     use std::os::unix::fs::MetadataExt;
@@ -525,13 +538,25 @@ fn a_new_daemon_recovers_a_mount_hung_by_a_stuck_invalidation() {
     let waiting = format!("/sys/fs/fuse/connections/{minor}/waiting");
     let fuse = dup_fuse_fd(m.child.as_ref().unwrap().id());
     let mut guard = AbortGuard(Some(minor));
+    // The lookup starts from an open `gens`, so the only request it makes
+    // is the lookup of `99` (a path from the mount point could instead
+    // block on revalidating `s` or `gens`, whose entries live 500 ms, and
+    // then hold no lock in `gens`).
+    let gens_dir = fs::File::open(mnt.join("s/gens")).unwrap();
+    let dirfd = std::os::fd::AsRawFd::as_raw_fd(&gens_dir);
     m.signal(libc::SIGSTOP);
-    let mut lookup = Command::new("stat")
-        .arg(mnt.join("s/gens/99"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // SIGSTOP lands asynchronously: a thread still running could answer
+    // the lookup.
+    let pid = m.child.as_ref().unwrap().id();
+    wait_for("every daemon thread to stop", || all_stopped(pid));
+    let lookup = std::thread::spawn(move || {
+        // SAFETY: a NUL-terminated name, a directory descriptor kept open
+        // until this thread is joined, and a zeroed stat buffer.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::fstatat(dirfd, c"99".as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+        }
+    });
     wait_for("the lookup to wait on the stopped daemon", || {
         fs::read_to_string(&waiting).is_ok_and(|w| w.trim() != "0")
     });
@@ -559,10 +584,8 @@ fn a_new_daemon_recovers_a_mount_hung_by_a_stuck_invalidation() {
         fs::read(mnt.join("s/latest/f.txt")).is_ok_and(|b| b == b"content")
     });
     assert_eq!(mount_ids(&mnt).len(), 1, "the hung mount was detached");
-    assert!(
-        !lookup.wait().unwrap().success(),
-        "the waiting lookup failed"
-    );
+    assert_ne!(lookup.join().unwrap(), 0, "the waiting lookup failed");
+    drop(gens_dir);
     // SAFETY: closing the descriptor this test duplicated.
     unsafe { libc::close(fuse) };
 }
