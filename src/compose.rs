@@ -17,7 +17,7 @@ use crate::row::{key_cmp, split, Kind, Row};
 use crate::store::{keys, Store};
 use std::cmp::Ordering;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// Segments kept parsed in memory per representation.
 const SEGMENT_CACHE: usize = 8;
@@ -26,7 +26,13 @@ const GROUP_CACHE: usize = 32;
 
 type Key = (Vec<u8>, Vec<u8>);
 /// Decoded row groups by (segment, group).
-type GroupCache = Lru<(usize, usize), Arc<Vec<Row>>>;
+type GroupCache = Lru<(usize, usize), Arc<GroupSlot>>;
+
+/// One cached row group, filled once by whichever reader decodes it first;
+/// readers that want it meanwhile wait for that decode instead of
+/// repeating it. `None` when the decode failed (each reader then decodes
+/// it again and gets the error itself).
+type GroupSlot = OnceLock<Option<Arc<Vec<Row>>>>;
 
 struct Lru<K, V> {
     cap: usize,
@@ -165,20 +171,41 @@ impl Representation {
     }
 
     fn group(&self, seg: usize, group: usize) -> Result<Arc<Vec<Row>>> {
-        if let Some(g) = self
-            .groups
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&(seg, group))
-        {
-            return Ok(g);
+        let slot = {
+            let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+            groups.get(&(seg, group)).unwrap_or_else(|| {
+                let slot = Arc::new(GroupSlot::new());
+                groups.put((seg, group), slot.clone());
+                slot
+            })
+        };
+        let mut failed = None;
+        let decoded = slot.get_or_init(|| match self.read_group(seg, group) {
+            Ok(rows) => Some(Arc::new(rows)),
+            Err(e) => {
+                failed = Some(e);
+                None
+            }
+        });
+        match (decoded, failed) {
+            (Some(rows), _) => Ok(rows.clone()),
+            (None, Some(e)) => Err(e),
+            // Another reader's decode of it failed: meet the error here too.
+            (None, None) => self.read_group(seg, group).map(Arc::new),
         }
-        let rows = Arc::new(self.read_group(seg, group)?);
-        self.groups
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .put((seg, group), rows.clone());
-        Ok(rows)
+    }
+
+    /// Decode the row group that follows `pos` (if any) into the cache, so
+    /// that a reader walking on in key order finds it ready. Errors are
+    /// left for the read that needs the group to report.
+    pub fn warm_after(&self, pos: RepPos) {
+        let (seg, group) = (pos.seg as usize, pos.group as usize + 1);
+        let next = match self.group_count(seg) {
+            Ok(n) if group < n => (seg, group),
+            Ok(_) if seg + 1 < self.bounds.len() => (seg + 1, 0),
+            _ => return,
+        };
+        let _ = self.group(next.0, next.1);
     }
 
     /// Number of segments.
@@ -264,6 +291,52 @@ impl Representation {
             });
         }
         Ok(c)
+    }
+
+    /// Visit the children of `dir` in name order, after the child named
+    /// `after` (from the first when `None`), by reference to the cached row
+    /// groups, until `f` returns true.
+    fn visit_children(
+        &self,
+        dir: &[u8],
+        after: Option<&[u8]>,
+        f: &mut dyn FnMut(&Row, RepPos) -> bool,
+    ) -> Result<()> {
+        let start = after.unwrap_or(b"");
+        let mut seg = self.segment_for(dir, start).unwrap_or(0);
+        if seg >= self.bounds.len() {
+            return Ok(());
+        }
+        let mut group = self.segment(seg)?.group_for(dir, start);
+        let mut rows = self.group(seg, group)?;
+        let mut i = rows.partition_point(|r| key_cmp(&r.parent, &r.name, dir, start).is_lt());
+        loop {
+            while i >= rows.len() {
+                if group + 1 < self.segment(seg)?.group_count() {
+                    group += 1;
+                } else if seg + 1 < self.bounds.len() {
+                    (seg, group) = (seg + 1, 0);
+                } else {
+                    return Ok(());
+                }
+                rows = self.group(seg, group)?;
+                i = 0;
+            }
+            let row = &rows[i];
+            if row.parent != dir {
+                return Ok(());
+            }
+            let skip = row.name.is_empty() || after == Some(&row.name[..]);
+            let at = RepPos {
+                seg: seg as u32,
+                group: group as u32,
+                idx: i as u32,
+            };
+            if !skip && f(row, at) {
+                return Ok(());
+            }
+            i += 1;
+        }
     }
 
     /// Every content digest with its location, decoding only those columns.
@@ -528,6 +601,16 @@ impl GenView {
         Ok(found.map(|(r, at)| (r, RowPos { delta: false, at })))
     }
 
+    /// Decode the row group that follows `pos` ahead of need (see
+    /// [`Representation::warm_after`]).
+    pub fn warm_after(&self, pos: RowPos) {
+        match (&self.delta, pos.delta) {
+            (Some(d), true) => d.warm_after(pos.at),
+            (None, true) => {}
+            (_, false) => self.base.warm_after(pos.at),
+        }
+    }
+
     /// The row at `pos` (a position this view handed out), if any.
     pub fn row_at(&self, pos: RowPos) -> Result<Option<Row>> {
         match (&self.delta, pos.delta) {
@@ -562,6 +645,29 @@ impl GenView {
             dir: path.to_vec(),
             after: after.map(<[u8]>::to_vec),
         })
+    }
+
+    /// Visit the children of directory `path` in name order, after the
+    /// child named `after` (from the first when `None`), until `f` returns
+    /// true. The same entries as [`GenView::dir_entries`]; a view without a
+    /// delta lends its cached rows instead of copying each one.
+    pub fn visit_dir(
+        &self,
+        path: &[u8],
+        after: Option<&[u8]>,
+        mut f: impl FnMut(&Row, RowPos) -> bool,
+    ) -> Result<()> {
+        if self.delta.is_none() {
+            let mut base = |row: &Row, at| f(row, RowPos { delta: false, at });
+            return self.base.visit_children(path, after, &mut base);
+        }
+        for entry in self.dir_entries(path, after)? {
+            let (row, pos) = entry?;
+            if f(&row, pos) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Children of directory `path`, in name order.

@@ -127,6 +127,54 @@ fn apply(root: &Path, op: &Op) {
     }
 }
 
+/// Every directory of generation `gen` lists its children in name order,
+/// from the start and from after each child, the same through
+/// `visit_dir` (by reference; base-only views) and `dir_entries`.
+fn check_listings(store: &strata::Store, gen: u64, expected: &Snapshot) {
+    let view = strata::compose::GenView::open(store, "m", Some(gen), "test").unwrap();
+    let dirs = expected
+        .iter()
+        .filter(|(_, e)| e.kind == "dir")
+        .map(|(p, _)| p.clone());
+    for dir in std::iter::once(Vec::new()).chain(dirs) {
+        let prefix = if dir.is_empty() {
+            Vec::new()
+        } else {
+            [&dir[..], b"/"].concat()
+        };
+        let children: Vec<Vec<u8>> = expected
+            .keys()
+            .filter_map(|p| p.strip_prefix(&prefix[..]))
+            .filter(|rest| !rest.is_empty() && !rest.contains(&b'/'))
+            .map(<[u8]>::to_vec)
+            .collect();
+        let after_each = std::iter::once(None).chain(children.iter().map(|c| Some(&c[..])));
+        for (i, after) in after_each.enumerate() {
+            let mut visited = Vec::new();
+            view.visit_dir(&dir, after, |row, _| {
+                visited.push(row.name.clone());
+                false
+            })
+            .unwrap();
+            let entries: Vec<Vec<u8>> = view
+                .dir_entries(&dir, after)
+                .unwrap()
+                .map(|e| e.unwrap().0.name)
+                .collect();
+            assert_eq!(
+                visited,
+                children[i..],
+                "generation {gen}, {dir:?} after {after:?}"
+            );
+            assert_eq!(
+                entries,
+                children[i..],
+                "generation {gen}, {dir:?} after {after:?}"
+            );
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24), ..ProptestConfig::default() })]
 
@@ -145,6 +193,7 @@ proptest! {
         }
         for (gen, expected) in &history {
             prop_assert_eq!(&snapshot_gen(&store, "m", Some(*gen)), expected, "generation {}", gen);
+            check_listings(&store, *gen, expected);
         }
         let report = strata::verify::verify(&store, &["m".to_string()], strata::verify::Selection::All).unwrap();
         prop_assert!(report.problems.is_empty(), "{:?}", report.problems);

@@ -310,6 +310,7 @@ fn status(ctx: &Context) -> Answer {
         "verify_failures": ctx.stats.verify_failures.load(Ordering::Relaxed),
         "lookups": ctx.stats.lookups.load(Ordering::Relaxed),
         "bare_entries": ctx.stats.bare_entries.load(Ordering::Relaxed),
+        "dir_reads": ctx.stats.dir_reads.load(Ordering::Relaxed),
         "rss_bytes": rss_bytes(),
         "last_sweep": ctx.last_sweep.get(),
         "remote_requests": ctx.gens.store().storage().request_counts(),

@@ -15,6 +15,7 @@
 //! kernel lookup in its generation's slot (node.rs).
 
 use crate::gen::{Gen, Gens};
+use crate::listing_cache::ListingCache;
 use crate::node::{dir_offset, ino_of, is_entry, offset_pos, pack_pos, Inodes, Node, Resolved};
 use crate::stat_habits::StatHabits;
 use fuser::{
@@ -109,7 +110,7 @@ struct DirItem {
 enum Listed<'a> {
     Dot(&'static str),
     Synthetic(&'a DirItem),
-    Entry(&'a Arc<Gen>, Box<Row>, RowPos),
+    Entry(&'a Arc<Gen>, &'a Row, RowPos),
 }
 
 /// Live counters the control socket reports.
@@ -123,6 +124,9 @@ pub(crate) struct Stats {
     pub(crate) lookups: AtomicU64,
     /// Entries listed by readdirplus without attributes.
     pub(crate) bare_entries: AtomicU64,
+    /// READDIR and READDIRPLUS requests answered (listings the kernel did
+    /// not serve from its cache).
+    pub(crate) dir_reads: AtomicU64,
 }
 
 pub(crate) struct StrataFs {
@@ -133,6 +137,8 @@ pub(crate) struct StrataFs {
     inodes: Mutex<Inodes>,
     /// Which callers get attributes with every listed entry.
     habits: StatHabits,
+    /// Which directory listings the kernel keeps (from their second opening).
+    listings: ListingCache,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     passthrough: bool,
@@ -154,6 +160,9 @@ pub(crate) struct StrataFs {
 }
 
 type Reply<T> = Result<T, Errno>;
+
+/// Where a directory walk stopped: the generation and its last row read.
+type Stopped = (Arc<Gen>, RowPos);
 
 /// Map a core error to an errno, logging what failed.
 fn errno(e: &Error, what: &str) -> Errno {
@@ -252,6 +261,7 @@ impl StrataFs {
             only,
             inodes: Mutex::new(Inodes::default()),
             habits: StatHabits::default(),
+            listings: ListingCache::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             passthrough: false,
@@ -918,8 +928,12 @@ impl StrataFs {
     }
 
     fn do_opendir(&self, ino: INodeNo) -> Reply<(Handle, FopenFlags)> {
-        // Generation directories never change: let the kernel keep their listings.
-        let cached = FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR;
+        // Generation directories never change: the kernel may keep their
+        // listings, from their second opening on (see listing_cache.rs).
+        let cached = || match self.listings.admit(ino.0) {
+            true => FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+            false => FopenFlags::empty(),
+        };
         Ok(match self.node(ino)? {
             Node::GenRoot {
                 set,
@@ -929,7 +943,7 @@ impl StrataFs {
                 // An unopened placeholder may be opened again later with
                 // another representation: its listing is not kept.
                 let flags = match gen {
-                    Some(_) => cached,
+                    Some(_) => cached(),
                     None => FopenFlags::empty(),
                 };
                 let gen = self.root_gen(&set, generation, &gen)?;
@@ -938,7 +952,7 @@ impl StrataFs {
             }
             Node::Entry { gen, row, .. } if row.kind == Kind::Dir => {
                 let path = row.path();
-                (Handle::GenDir { gen, path }, cached)
+                (Handle::GenDir { gen, path }, cached())
             }
             Node::Entry { .. } | Node::Latest(_) | Node::Tag(..) | Node::Version { .. } => {
                 return Err(Errno::ENOTDIR)
@@ -955,12 +969,13 @@ impl StrataFs {
 
     /// Feed the entries of an open directory from `offset` on to `emit`
     /// (given each entry's own offset) until it reports a full reply.
+    /// Returns where in a generation the walk stopped, if it read rows.
     fn walk_dir(
         &self,
         fh: FileHandle,
         offset: u64,
         mut emit: impl FnMut(u64, Listed<'_>) -> Reply<bool>,
-    ) -> Reply<()> {
+    ) -> Reply<Option<Stopped>> {
         enum Dir {
             Listing(Arc<LazyListing>),
             Gen(Arc<Gen>, Vec<u8>),
@@ -977,7 +992,7 @@ impl StrataFs {
         };
         for (i, dot) in [".", ".."].into_iter().enumerate() {
             if offset <= i as u64 && emit(i as u64 + 1, Listed::Dot(dot))? {
-                return Ok(());
+                return Ok(None);
             }
         }
         match dir {
@@ -993,7 +1008,7 @@ impl StrataFs {
                         break;
                     }
                 }
-                Ok(())
+                Ok(None)
             }
             Dir::Gen(gen, path) => self.walk_gen_dir(&gen, &path, offset, emit),
         }
@@ -1005,29 +1020,47 @@ impl StrataFs {
         path: &[u8],
         offset: u64,
         mut emit: impl FnMut(u64, Listed<'_>) -> Reply<bool>,
-    ) -> Reply<()> {
+    ) -> Reply<Option<Stopped>> {
         let what = || describe(gen, path);
         let after = match offset_pos(offset) {
             None if offset <= 2 => None,
             // Not an offset this daemon handed out: nothing lies there.
-            None => return Ok(()),
+            None => return Ok(None),
             Some(pos) => match gen.view.row_at(pos).map_err(|e| errno(&e, &what()))? {
                 Some(r) if r.parent == path => Some(r.name),
                 _ => return Err(Errno::EINVAL),
             },
         };
-        let entries = gen
-            .view
-            .dir_entries(path, after.as_deref())
+        let (mut last, mut failed) = (None, None);
+        gen.view
+            .visit_dir(path, after.as_deref(), |row, pos| {
+                last = Some(pos);
+                let emitted = dir_offset(pos)
+                    .ok_or(Errno::EOVERFLOW)
+                    .and_then(|off| emit(off, Listed::Entry(gen, row, pos)));
+                emitted.unwrap_or_else(|e| {
+                    failed = Some(e);
+                    true
+                })
+            })
             .map_err(|e| errno(&e, &what()))?;
-        for entry in entries {
-            let (row, pos) = entry.map_err(|e| errno(&e, &what()))?;
-            let off = dir_offset(pos).ok_or(Errno::EOVERFLOW)?;
-            if emit(off, Listed::Entry(gen, Box::new(row), pos))? {
-                break;
-            }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(last.map(|pos| (gen.clone(), pos))),
         }
-        Ok(())
+    }
+
+    /// After a listing's reply is sent: decode the row group that follows
+    /// where it stopped, so a walk that goes on in key order (`find`,
+    /// `ls -R`: the next directory's rows follow this one's) finds its
+    /// next listing decoded while it was busy with this one.
+    fn read_ahead(stopped: Option<Stopped>) {
+        if let Some((gen, pos)) = stopped {
+            let _ = guarded("directory read-ahead", || {
+                gen.view.warm_after(pos);
+                Ok(())
+            });
+        }
     }
 
     /// The inode number of the entry at `pos` of `gen`, without counting a
@@ -1039,16 +1072,6 @@ impl StrataFs {
             None => *base.insert(self.inodes().entry_base(gen).ok_or(Errno::EOVERFLOW)?),
         };
         Ok(base | pack_pos(pos).ok_or(Errno::EOVERFLOW)?)
-    }
-
-    /// Add a non-directory entry without a node id: the kernel links
-    /// nothing and counts no lookup, and only `d_ino` and `d_type` of
-    /// `attr` reach the reader (see stat_habits.rs). True if the reply is
-    /// full.
-    fn add_bare(&self, reply: &mut ReplyDirectoryPlus, ino: u64, row: &Row, off: u64) -> bool {
-        let attr = self.synthetic_attr(ino, file_type(row.kind), 0);
-        let name = OsStr::from_bytes(&row.name);
-        reply.add(INodeNo(0), off, name, &Duration::ZERO, &attr, Generation(0))
     }
 
     /// Attributes and TTLs of one readdirplus entry, counted as a lookup
@@ -1081,7 +1104,7 @@ impl StrataFs {
                 let node = Node::Entry {
                     gen: gen.clone(),
                     pos,
-                    row,
+                    row: Box::new(row.clone()),
                 };
                 let (mut attr, ttl) = self.attr(0, &node)?;
                 attr.ino = INodeNo(self.register(node)?);
@@ -1248,6 +1271,7 @@ impl Filesystem for StrataFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.stats.dir_reads.fetch_add(1, Ordering::Relaxed);
         let mut base = None;
         let r = guarded("readdir", || {
             self.walk_dir(fh, offset, |off, item| {
@@ -1264,7 +1288,10 @@ impl Filesystem for StrataFs {
             })
         });
         match r {
-            Ok(()) => reply.ok(),
+            Ok(stopped) => {
+                reply.ok();
+                Self::read_ahead(stopped);
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -1277,6 +1304,7 @@ impl Filesystem for StrataFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.stats.dir_reads.fetch_add(1, Ordering::Relaxed);
         let attrs = self.habits.wants_attrs(req.pid());
         let mut added = 0usize;
         let mut bare = 0u64;
@@ -1286,7 +1314,12 @@ impl Filesystem for StrataFs {
                 if let Listed::Entry(gen, row, pos) = &item {
                     if row.kind != Kind::Dir && !attrs {
                         let ino = self.entry_ino(&mut base, gen, *pos)?;
-                        let full = self.add_bare(&mut reply, ino, row, off);
+                        // Bare: the kernel links nothing and counts no
+                        // lookup; only d_ino and d_type reach the reader
+                        // (see stat_habits.rs).
+                        let name = OsStr::from_bytes(&row.name);
+                        let kind = file_type(row.kind);
+                        let full = reply.add_unlinked(INodeNo(ino), off, kind, name);
                         bare += u64::from(!full);
                         return Ok(full);
                     }
@@ -1311,7 +1344,10 @@ impl Filesystem for StrataFs {
             // forgets only what it received); the error recurs at the next
             // offset.
             Err(_) if added > 0 => reply.ok(),
-            Ok(()) => reply.ok(),
+            Ok(stopped) => {
+                reply.ok();
+                Self::read_ahead(stopped);
+            }
             Err(e) => reply.error(e),
         }
     }

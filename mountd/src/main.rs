@@ -10,6 +10,7 @@
 mod control;
 mod fs;
 mod gen;
+mod listing_cache;
 mod metrics;
 mod node;
 mod notify;

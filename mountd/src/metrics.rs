@@ -110,6 +110,12 @@ pub(crate) fn render(ctx: &Context, rss_bytes: u64) -> String {
         "Entries listed by readdirplus without attributes.",
         load(&stats.bare_entries),
     );
+    f.single(
+        "strata_mountd_dir_reads_total",
+        "counter",
+        "Directory reads answered (listings the kernel had not cached).",
+        load(&stats.dir_reads),
+    );
     f.head(
         "strata_set_latest_generation",
         "gauge",

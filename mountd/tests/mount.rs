@@ -1022,6 +1022,36 @@ fn a_walk_that_reads_only_names_instantiates_no_file_inodes() {
     );
 }
 
+#[test]
+fn the_kernel_keeps_a_listing_from_its_second_opening_on() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    for i in 0..300 {
+        write(&src, &format!("d/f{i}"), b"x");
+    }
+    commit_dir(&store, "s", &src);
+    let m = Mount::start(&st, &mnt);
+    let dir = m.point.join("s/gens/1/d");
+    let reads_of_one_listing = || {
+        let before = counter(&st, "dir_reads");
+        let out = Command::new("ls").arg("-f").arg(&dir).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout.split(|b| *b == b'\n').count(), 300 + 2 + 1);
+        counter(&st, "dir_reads") - before
+    };
+    // First opening: served uncached; second: served while the kernel
+    // keeps it; from then on the kernel answers alone.
+    assert!(reads_of_one_listing() > 0, "first listing");
+    assert!(reads_of_one_listing() > 0, "second listing");
+    assert_eq!(reads_of_one_listing(), 0, "third listing");
+    assert_eq!(reads_of_one_listing(), 0, "fourth listing");
+}
+
 /// `program` run as nobody (uid and gid 65534, no groups).
 fn as_nobody(program: &str) -> Command {
     let mut c = Command::new("setpriv");

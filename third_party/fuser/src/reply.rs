@@ -781,6 +781,20 @@ impl ReplyDirectoryPlus {
         ))
     }
 
+    /// Add an entry that links no inode (node id zero, no attributes): the
+    /// kernel keeps only its name, `d_ino` (`ino`) and type, and looks the
+    /// name up when something needs more. Returns true if the buffer is full.
+    pub fn add_unlinked<T: AsRef<OsStr>>(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        kind: FileType,
+        name: T,
+    ) -> bool {
+        let name = std::os::unix::ffi::OsStrExt::as_bytes(name.as_ref());
+        self.buf.push_unlinked(ino, DirEntOffset(offset), kind, name)
+    }
+
     /// Reply to a request with the filled directory buffer
     pub fn ok(self) {
         let response: ll::ResponseData = self.buf.into();

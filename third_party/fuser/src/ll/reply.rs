@@ -536,6 +536,29 @@ impl DirEntPlusList {
         };
         self.0.push([header.as_bytes(), name])
     }
+
+    /// Add an entry with node id zero and no attributes: the kernel links
+    /// no inode for it and keeps only `d_ino`, `d_type` and the name.
+    /// Returns true if the buffer is full.
+    #[must_use]
+    pub(crate) fn push_unlinked(
+        &mut self,
+        ino: INodeNo,
+        offset: DirEntOffset,
+        kind: FileType,
+        name: &[u8],
+    ) -> bool {
+        let dirent = abi::fuse_dirent {
+            ino: ino.0,
+            off: offset.0,
+            namelen: name.len().try_into().expect("Name too long"),
+            typ: mode_from_kind_and_perm(kind, 0) >> 12,
+        };
+        let mut header = [0u8; size_of::<abi::fuse_direntplus>()];
+        header[std::mem::offset_of!(abi::fuse_direntplus, dirent)..]
+            .copy_from_slice(dirent.as_bytes());
+        self.0.push([&header, name])
+    }
 }
 
 #[cfg(test)]
