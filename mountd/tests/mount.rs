@@ -332,6 +332,54 @@ fn a_flipped_byte_is_eio_for_that_file_only() {
     );
 }
 
+/// Every file below `dir`, recursively.
+fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        match p.is_dir() {
+            true => out.extend(files_below(&p)),
+            false => out.push(p),
+        }
+    }
+    out
+}
+
+#[test]
+fn a_corrupt_segment_fails_its_generation_only() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    let other = _dir.path().join("other");
+    for i in 0..600 {
+        write(&src, &format!("d{}/f{i}", i % 3), &noise(i, 40));
+        write(&other, &format!("d{}/f{i}", i % 3), &noise(i + 1, 40));
+    }
+    commit_dir(&store, "bad", &src);
+    let bad_segments = files_below(&st.join("segments"));
+    commit_dir(&store, "good", &other);
+    for seg in &bad_segments {
+        let mut b = fs::read(seg).unwrap();
+        let at = b.len() / 2;
+        b[at] ^= 0x01;
+        fs::write(seg, b).unwrap();
+    }
+    let m = Mount::start(&st, &mnt);
+    for round in 0..2 {
+        let err = fs::read_dir(m.point.join("bad/latest/d1")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "round {round}: {err}");
+        diff_r(&other, &m.point.join("good/gens/1"));
+    }
+    assert!(
+        status(&st)["pid"].as_u64().is_some(),
+        "the daemon still answers"
+    );
+}
+
 #[test]
 fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
     let Scratch {
