@@ -18,16 +18,23 @@
 //! makes a forgotten directory's next opening uncached again. Either way
 //! the entries served are the same; only where they come from changes.
 
-use std::collections::HashSet;
+use crate::inode_set::InodeSet;
 use std::sync::{Mutex, PoisonError};
 
 /// Directories remembered at most (8 bytes each, ~10 MiB at the bound).
 const CAPACITY: usize = 1 << 20;
 
 /// Directories whose listing was opened before.
-#[derive(Default)]
 pub(crate) struct ListingCache {
-    opened: Mutex<HashSet<u64>>,
+    opened: Mutex<InodeSet>,
+}
+
+impl Default for ListingCache {
+    fn default() -> Self {
+        ListingCache {
+            opened: Mutex::new(InodeSet::new(CAPACITY)),
+        }
+    }
 }
 
 impl ListingCache {
@@ -35,14 +42,7 @@ impl ListingCache {
     /// so its listing is worth keeping in the kernel.
     pub(crate) fn admit(&self, ino: u64) -> bool {
         let mut opened = self.opened.lock().unwrap_or_else(PoisonError::into_inner);
-        if opened.contains(&ino) {
-            return true;
-        }
-        if opened.len() >= CAPACITY {
-            opened.clear();
-        }
-        opened.insert(ino);
-        false
+        !opened.insert(ino)
     }
 }
 

@@ -10,6 +10,7 @@
 mod control;
 mod fs;
 mod gen;
+mod inode_set;
 mod listing_cache;
 mod metrics;
 mod node;

@@ -72,50 +72,53 @@ pub(crate) fn render(ctx: &Context, rss_bytes: u64) -> String {
         "Generations this daemon pins.",
         pinned,
     );
-    f.single(
-        "strata_mountd_inodes",
-        "gauge",
-        "Inodes the kernel holds.",
-        load(&stats.inodes),
-    );
-    f.single(
-        "strata_mountd_open_handles",
-        "gauge",
-        "Open file and directory handles.",
-        load(&stats.handles),
-    );
-    let verified = load(&stats.verified);
-    f.single(
-        "strata_mountd_verified_blobs_total",
-        "counter",
-        "Blobs hashed in full before service.",
-        verified,
-    );
-    let failures = load(&stats.verify_failures);
-    f.single(
-        "strata_mountd_verify_failures_total",
-        "counter",
-        "Content that did not match its digest (served as EIO).",
-        failures,
-    );
-    f.single(
-        "strata_mountd_lookups_total",
-        "counter",
-        "Lookups answered with an entry.",
-        load(&stats.lookups),
-    );
-    f.single(
-        "strata_mountd_bare_entries_total",
-        "counter",
-        "Entries listed by readdirplus without attributes.",
-        load(&stats.bare_entries),
-    );
-    f.single(
-        "strata_mountd_dir_reads_total",
-        "counter",
-        "Directory reads answered (listings the kernel had not cached).",
-        load(&stats.dir_reads),
-    );
+    let counters = [
+        (
+            "strata_mountd_inodes",
+            "gauge",
+            "Inodes the kernel holds.",
+            &stats.inodes,
+        ),
+        (
+            "strata_mountd_open_handles",
+            "gauge",
+            "Open file and directory handles.",
+            &stats.handles,
+        ),
+        (
+            "strata_mountd_verified_blobs_total",
+            "counter",
+            "Blobs hashed in full before service.",
+            &stats.verified,
+        ),
+        (
+            "strata_mountd_verify_failures_total",
+            "counter",
+            "Content that did not match its digest (served as EIO).",
+            &stats.verify_failures,
+        ),
+        (
+            "strata_mountd_lookups_total",
+            "counter",
+            "Lookups answered with an entry.",
+            &stats.lookups,
+        ),
+        (
+            "strata_mountd_bare_entries_total",
+            "counter",
+            "Entries listed by readdirplus without attributes.",
+            &stats.bare_entries,
+        ),
+        (
+            "strata_mountd_dir_reads_total",
+            "counter",
+            "Directory reads answered (listings the kernel had not cached).",
+            &stats.dir_reads,
+        ),
+    ];
+    for (name, kind, help, value) in counters {
+        f.single(name, kind, help, load(value));
+    }
     f.head(
         "strata_set_latest_generation",
         "gauge",

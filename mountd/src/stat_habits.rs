@@ -25,7 +25,8 @@
 //! choice only moves work between readdirplus and lookup; both give the
 //! same attributes, so it never changes what a reader sees.
 
-use std::collections::{HashMap, HashSet};
+use crate::inode_set::InodeSet;
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 /// Callers remembered at most.
@@ -52,12 +53,21 @@ impl Habit {
     }
 }
 
-#[derive(Default)]
 struct Callers {
     by_pid: HashMap<u32, Habit>,
     tick: u64,
     /// Directory inodes whose kept listing may have been fetched bare.
-    bare_dirs: HashSet<u64>,
+    bare_dirs: InodeSet,
+}
+
+impl Default for Callers {
+    fn default() -> Self {
+        Callers {
+            by_pid: HashMap::new(),
+            tick: 0,
+            bare_dirs: InodeSet::new(DIR_CAPACITY),
+        }
+    }
 }
 
 /// What each recent caller does with the entries it is listed.
@@ -84,9 +94,6 @@ impl StatHabits {
             return;
         }
         let mut callers = self.lock();
-        if callers.bare_dirs.len() >= DIR_CAPACITY {
-            callers.bare_dirs.clear();
-        }
         callers.bare_dirs.insert(dir);
         let habit = callers.habit(pid);
         habit.bare = habit.bare.saturating_add(n);
@@ -98,7 +105,7 @@ impl StatHabits {
     pub(crate) fn keeps_listing(&self, pid: u32, dir: u64) -> bool {
         let mut callers = self.lock();
         let stats = callers.by_pid.get(&pid).is_some_and(Habit::stats);
-        !(stats && callers.bare_dirs.remove(&dir))
+        !(stats && callers.bare_dirs.remove(dir))
     }
 
     /// `pid` looked up a non-directory entry (also one it was never listed
