@@ -39,6 +39,36 @@ fn sample_rows() -> Vec<Row> {
 }
 
 #[test]
+fn segment_columns_keep_their_codecs_and_read_back() {
+    use parquet::basic::Compression;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let t = tempfile::tempdir().unwrap();
+    let mut writer = strata::format::segment::SegmentWriter::new(t.path()).unwrap();
+    for row in sample_rows() {
+        writer.push(row).unwrap();
+    }
+    let file = writer.finish().unwrap().remove(0);
+    let bytes = std::fs::read(&file.path).unwrap();
+    let reader = SerializedFileReader::new(bytes::Bytes::from(bytes.clone())).unwrap();
+    let zstd = [
+        "name",
+        "size",
+        "mtime_ns",
+        "offset",
+        "stored_len",
+        "ino",
+        "ctime_ns",
+    ];
+    for chunk in reader.metadata().row_group(0).columns() {
+        let column = chunk.column_path().string();
+        let compressed = !matches!(chunk.compression(), Compression::UNCOMPRESSED);
+        assert_eq!(compressed, zstd.contains(&column.as_str()), "{column}");
+    }
+    let segment = Segment::parse(&file.name, bytes).unwrap();
+    assert_eq!(segment.read_group(0).unwrap(), sample_rows());
+}
+
+#[test]
 fn identity_encoding_is_pinned() {
     let mut h = IdentityHasher::new();
     for r in &sample_rows() {
