@@ -23,6 +23,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 const SEGMENT_CACHE: usize = 8;
 /// Decoded row groups kept per representation.
 const GROUP_CACHE: usize = 32;
+/// Row groups decoded ahead of a listing's end ([`Representation::warm_after`]).
+const READ_AHEAD_GROUPS: usize = 2;
 
 type Key = (Vec<u8>, Vec<u8>);
 /// Decoded row groups by (segment, group).
@@ -195,17 +197,29 @@ impl Representation {
         }
     }
 
-    /// Decode the row group that follows `pos` (if any) into the cache, so
-    /// that a reader walking on in key order finds it ready. Errors are
-    /// left for the read that needs the group to report.
+    /// Decode the [`READ_AHEAD_GROUPS`] row groups that follow `pos` into
+    /// the cache, so that a reader walking on in key order finds them
+    /// ready; from halfway through a segment, load the next segment too (a
+    /// segment takes longer to load, read whole and hashed, than a walk
+    /// takes to cross a few groups). A reader that wants a group while it
+    /// is being decoded here waits for that decode rather than repeat it.
+    /// Errors are left for the read that needs the group to report.
     pub fn warm_after(&self, pos: RepPos) {
-        let (seg, group) = (pos.seg as usize, pos.group as usize + 1);
-        let next = match self.group_count(seg) {
-            Ok(n) if group < n => (seg, group),
-            Ok(_) if seg + 1 < self.bounds.len() => (seg + 1, 0),
-            _ => return,
+        let seg = pos.seg as usize;
+        let Ok(groups) = self.group_count(seg) else {
+            return;
         };
-        let _ = self.group(next.0, next.1);
+        let has_next = seg + 1 < self.bounds.len();
+        for g in pos.group as usize + 1..=pos.group as usize + READ_AHEAD_GROUPS {
+            if g < groups {
+                let _ = self.group(seg, g);
+            } else if has_next && self.group_count(seg + 1).is_ok_and(|n| g - groups < n) {
+                let _ = self.group(seg + 1, g - groups);
+            }
+        }
+        if has_next && pos.group as usize >= groups / 2 {
+            let _ = self.segment(seg + 1);
+        }
     }
 
     /// Number of segments.
@@ -312,13 +326,21 @@ impl Representation {
         let mut i = rows.partition_point(|r| key_cmp(&r.parent, &r.name, dir, start).is_lt());
         loop {
             while i >= rows.len() {
-                if group + 1 < self.segment(seg)?.group_count() {
-                    group += 1;
+                let next = if group + 1 < self.segment(seg)?.group_count() {
+                    (seg, group + 1)
                 } else if seg + 1 < self.bounds.len() {
-                    (seg, group) = (seg + 1, 0);
+                    (seg + 1, 0)
                 } else {
                     return Ok(());
+                };
+                // The children of `dir` are contiguous in key order: when
+                // the next group starts under another parent they ended
+                // here, which its first key (in the group index) tells
+                // without decoding it.
+                if !self.starts_under(next.0, next.1, dir)? {
+                    return Ok(());
                 }
+                (seg, group) = next;
                 rows = self.group(seg, group)?;
                 i = 0;
             }
@@ -337,6 +359,20 @@ impl Representation {
             }
             i += 1;
         }
+    }
+
+    /// Whether group `group` of segment `seg` starts with a child of `dir`:
+    /// read from the manifest's bounds (a segment's first group) or the
+    /// segment's group index, without decoding the group.
+    fn starts_under(&self, seg: usize, group: usize, dir: &[u8]) -> Result<bool> {
+        if group == 0 {
+            return Ok(self.bounds[seg].0 .0 == dir);
+        }
+        let segment = self.segment(seg)?;
+        let first = segment.group_first(group).ok_or_else(|| {
+            Error::Internal(format!("group {group} of segment {seg} out of range"))
+        })?;
+        Ok(first.0 == dir)
     }
 
     /// Every content digest with its location, decoding only those columns.

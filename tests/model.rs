@@ -199,3 +199,68 @@ proptest! {
         prop_assert!(report.problems.is_empty(), "{:?}", report.problems);
     }
 }
+
+/// Directories whose children end exactly at a row group's end, fill a
+/// whole group, straddle groups and cross a segment: each lists completely,
+/// from the start and from after any child next to a boundary (where the
+/// end of a listing is read from the group index, not a decoded group).
+#[test]
+fn listings_cross_row_group_and_segment_boundaries() {
+    use strata::format::segment::{GROUP_ROWS, SEGMENT_ROWS};
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    // Rows in key order: the root, its 8 directories, then each
+    // directory's children. d0's children end at the end of group 0, d1's
+    // fill group 1, d2's straddle groups 2 and 3, d3's cross into the
+    // second segment, d4 is empty, d5..d7 are small.
+    let first = 1 + 8;
+    let sizes = [
+        GROUP_ROWS - first,
+        GROUP_ROWS,
+        GROUP_ROWS + 700,
+        SEGMENT_ROWS - 3 * GROUP_ROWS,
+        0,
+        1,
+        2,
+        3,
+    ];
+    let mut children = Vec::new();
+    for (d, n) in sizes.iter().enumerate() {
+        let dir = src.join(format!("d{d}"));
+        fs::create_dir_all(&dir).unwrap();
+        let names: Vec<Vec<u8>> = (0..*n).map(|i| format!("f{i:06}").into_bytes()).collect();
+        for name in &names {
+            fs::File::create(dir.join(os(name))).unwrap();
+        }
+        children.push(names);
+    }
+    let store = new_store(&st);
+    commit_dir(&store, "m", &src);
+    let view = strata::compose::GenView::open(&store, "m", None, "test").unwrap();
+    let mut row = first;
+    for (d, names) in children.iter().enumerate() {
+        let dir = format!("d{d}").into_bytes();
+        let near_boundary = |i: usize| {
+            let r = row + i;
+            r % GROUP_ROWS <= 1 || r % GROUP_ROWS >= GROUP_ROWS - 2 || i + 1 == names.len()
+        };
+        let resume = (0..names.len()).filter(|i| near_boundary(*i));
+        for (from, after) in std::iter::once((0, None)).chain(resume.map(|i| (i + 1, Some(i)))) {
+            let after = after.map(|i| &names[i][..]);
+            let mut visited = Vec::new();
+            view.visit_dir(&dir, after, |row, _| {
+                visited.push(row.name.clone());
+                false
+            })
+            .unwrap();
+            let entries: Vec<Vec<u8>> = view
+                .dir_entries(&dir, after)
+                .unwrap()
+                .map(|e| e.unwrap().0.name)
+                .collect();
+            assert!(visited == names[from..], "d{d} after {after:?}");
+            assert!(entries == names[from..], "d{d} after {after:?}");
+        }
+        row += names.len();
+    }
+}

@@ -17,6 +17,7 @@
 use crate::gen::{Gen, Gens};
 use crate::listing_cache::ListingCache;
 use crate::node::{dir_offset, ino_of, is_entry, offset_pos, pack_pos, Inodes, Node, Resolved};
+use crate::read_ahead::ReadAhead;
 use crate::stat_habits::StatHabits;
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -139,6 +140,8 @@ pub(crate) struct StrataFs {
     habits: StatHabits,
     /// Which directory listings the kernel keeps (from their second opening).
     listings: ListingCache,
+    /// Decodes the row group after a listing's end, off the FUSE workers.
+    read_ahead: ReadAhead,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     passthrough: bool,
@@ -262,6 +265,7 @@ impl StrataFs {
             inodes: Mutex::new(Inodes::default()),
             habits: StatHabits::default(),
             listings: ListingCache::default(),
+            read_ahead: ReadAhead::start(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             passthrough: false,
@@ -1050,16 +1054,11 @@ impl StrataFs {
         }
     }
 
-    /// After a listing's reply is sent: decode the row group that follows
-    /// where it stopped, so a walk that goes on in key order (`find`,
-    /// `ls -R`: the next directory's rows follow this one's) finds its
-    /// next listing decoded while it was busy with this one.
-    fn read_ahead(stopped: Option<Stopped>) {
+    /// After a listing's reply is sent: have the row group that follows
+    /// where it stopped decoded (see read_ahead.rs).
+    fn read_ahead(&self, stopped: Option<Stopped>) {
         if let Some((gen, pos)) = stopped {
-            let _ = guarded("directory read-ahead", || {
-                gen.view.warm_after(pos);
-                Ok(())
-            });
+            self.read_ahead.after(gen, pos);
         }
     }
 
@@ -1290,7 +1289,7 @@ impl Filesystem for StrataFs {
         match r {
             Ok(stopped) => {
                 reply.ok();
-                Self::read_ahead(stopped);
+                self.read_ahead(stopped);
             }
             Err(e) => reply.error(e),
         }
@@ -1346,7 +1345,7 @@ impl Filesystem for StrataFs {
             Err(_) if added > 0 => reply.ok(),
             Ok(stopped) => {
                 reply.ok();
-                Self::read_ahead(stopped);
+                self.read_ahead(stopped);
             }
             Err(e) => reply.error(e),
         }

@@ -15,6 +15,7 @@ mod listing_cache;
 mod metrics;
 mod node;
 mod notify;
+mod read_ahead;
 mod stat_habits;
 mod sweeper;
 mod worker;
