@@ -32,3 +32,48 @@ def q(v, x):
 print(f"{len(stat)} {q(stat, .5):.3f} {q(stat, .99):.3f} {q(cat, .5):.3f} {q(cat, .99):.3f}")
 PY
 }
+
+# probe_log ROOT PATHS STOPFILE — stat then cat the files listed in PATHS
+# (relative to ROOT) in turn until STOPFILE exists; prints one line per file:
+# "unix_time stat_seconds cat_seconds".
+probe_log() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import os, sys, time
+root, paths, stop = sys.argv[1:4]
+paths = [p.strip() for p in open(paths)]
+out, i = [], 0
+while not os.path.exists(stop):
+    p = os.path.join(root, paths[i % len(paths)]); i += 1
+    t = time.perf_counter(); os.stat(p); s = time.perf_counter() - t
+    t = time.perf_counter()
+    with open(p, "rb") as f: f.read()
+    out.append(f"{time.time():.6f} {s:.7f} {time.perf_counter() - t:.7f}")
+print("\n".join(out))
+PY
+}
+
+# latency_by_phase LOG PHASES — pool probe_log's lines by the phase they fell
+# in (PHASES: "label unix_time" per phase start, the last one ending them);
+# prints "label ops stat_p50 stat_p99 cat_p50 cat_p99" (milliseconds).
+latency_by_phase() {
+    python3 - "$1" "$2" <<'PY'
+import bisect, sys
+log, phases = sys.argv[1:3]
+marks = [(float(t), label) for label, t in (l.split() for l in open(phases))]
+starts = [t for t, _ in marks]
+pooled = {}
+for line in open(log):
+    if not line.strip():
+        continue
+    t, s, c = map(float, line.split())
+    i = bisect.bisect_right(starts, t) - 1
+    if 0 <= i < len(marks) - 1:
+        pooled.setdefault(marks[i][1], ([], []))
+        pooled[marks[i][1]][0].append(s); pooled[marks[i][1]][1].append(c)
+def q(v, x):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(len(v) * x))] * 1000 if v else float("nan")
+for label, (s, c) in pooled.items():
+    print(f"{label} {len(s)} {q(s, .5):.3f} {q(s, .99):.3f} {q(c, .5):.3f} {q(c, .99):.3f}")
+PY
+}

@@ -2,8 +2,9 @@
 # Sweep benchmark: reclaim the dead third of a 1M-file store with strata
 # (retain + two sweeps, grace 0) and with restic (forget + prune) on the same
 # data, side by side in one run; wall time, peak RSS, bytes before/after, and
-# the p50/p99 latency of stat and cat on a strata mount of the store before
-# and while the sweeps run.
+# the p50/p99 latency of stat and cat on a strata mount of the store, idle
+# and while sweeps run (phases alternated ROUNDS times, PHASE seconds each;
+# defaults 4 and 5).
 #   scripts/bench/sweep.sh [WORKDIR]     (default: target/bench-sweep)
 # Data: 1,000,000 files of 50-400 random bytes in 1,000 directories; then
 # directories d000-d299 are rewritten with new content (30% of the files), so
@@ -67,23 +68,12 @@ restic --repo "$WORK/restic" forget -q --keep-last 1 >/dev/null
 cp -al "$WORK/restic" "$WORK/restic-default"
 (cd "$TREE" && find . -type f | shuf -n 200000 --random-source=<(yes)) > "$WORK/paths"
 
-# probe SECONDS|STOPFILE OUT: stat + cat random files of the mount.
-probe() {
-    probe_latency "$WORK/mnt/b/latest" "$WORK/paths" "$1" > "$2"
-}
-
 # timed NAME CMD...: wall seconds and peak RSS (KiB) of CMD into $WORK/NAME.time
 timed() {
     local name="$1"; shift
     /usr/bin/time -f "%e %M" -o "$WORK/$name.time" "$@"
 }
 
-"$STRATA" "${S[@]}" mount --sweep-every 0s --no-materialize "$WORK/mnt" >/dev/null
-sync; echo 3 > /proc/sys/vm/drop_caches
-echo "probing the idle mount..." >&2
-probe 15 "$WORK/probe-idle"
-sync; echo 3 > /proc/sys/vm/drop_caches
-strata_before=$(du -sb "$WORK/store" | cut -f1)
 # daemon_sweeps SECONDS [--recount]: sweep back to back through the mount
 # daemon (its control socket; it runs each sweep as its schedule does, in a
 # child `strata sweep --in-process --background`), printing the count.
@@ -106,19 +96,34 @@ while time.time() < end:
 print(n)
 EOF
 }
-probe "$WORK/stop" "$WORK/probe-sweep" &
+
+# The mount's latency: one probe stats and cats random files of the mount
+# from start to end, logging every operation, while the phases alternate
+# ROUNDS times (idle, back-to-back full sweeps, back-to-back quiet sweeps,
+# PHASE seconds each), so the machine's drift falls on every phase alike.
+ROUNDS="${ROUNDS:-4}"
+PHASE="${PHASE:-5}"
+"$STRATA" "${S[@]}" mount --sweep-every 0s --no-materialize "$WORK/mnt" >/dev/null
+strata_before=$(du -sb "$WORK/store" | cut -f1)
+sync; echo 3 > /proc/sys/vm/drop_caches
+probe_log "$WORK/mnt/b/latest" "$WORK/paths" "$WORK/stop" > "$WORK/probe.log" &
 PROBE=$!
-sleep 1
+phase() { echo "$1 $(date +%s.%N)" >> "$WORK/phases"; }
+echo "probing the mount, idle and under sweeps..." >&2
+# The first seconds after drop_caches are not counted (nor any phase).
+phase warmup; sleep 3
+phase full
 timed sweep1 "$STRATA" "${S[@]}" sweep --grace 0s --in-process --json > "$WORK/sweep1.json"
 timed sweep2 "$STRATA" "${S[@]}" sweep --grace 0s --in-process --json > "$WORK/sweep2.json"
-full=$(( $(daemon_sweeps 15 --recount) + 2 ))
-touch "$WORK/stop"; wait "$PROBE"; rm "$WORK/stop"
-sync; echo 3 > /proc/sys/vm/drop_caches
-probe "$WORK/stop" "$WORK/probe-quiet" &
-PROBE=$!
-sleep 1
-quiet=$(daemon_sweeps 15)
+full=2 quiet=0
+for _ in $(seq "$ROUNDS"); do
+    phase idle; sleep "$PHASE"
+    phase full; full=$(( full + $(daemon_sweeps "$PHASE" --recount) ))
+    phase quiet; quiet=$(( quiet + $(daemon_sweeps "$PHASE") ))
+done
+phase end
 touch "$WORK/stop"; wait "$PROBE"
+latency_by_phase "$WORK/probe.log" "$WORK/phases" > "$WORK/latency"
 strata_after=$(du -sb "$WORK/store" | cut -f1)
 "$STRATA" "${S[@]}" unmount "$WORK/mnt" >/dev/null
 "$STRATA" "${S[@]}" verify >/dev/null
@@ -135,9 +140,9 @@ read -r s1_wall s1_rss < "$WORK/sweep1.time"
 read -r s2_wall s2_rss < "$WORK/sweep2.time"
 read -r pu_wall pu_rss < "$WORK/prune-unused.time"
 read -r pd_wall pd_rss < "$WORK/prune-default.time"
-read -r idle_n idle_s50 idle_s99 idle_c50 idle_c99 < "$WORK/probe-idle"
-read -r sw_n sw_s50 sw_s99 sw_c50 sw_c99 < "$WORK/probe-sweep"
-read -r q_n q_s50 q_s99 q_c50 q_c99 < "$WORK/probe-quiet"
+read -r idle_n idle_s50 idle_s99 idle_c50 idle_c99 < <(grep '^idle ' "$WORK/latency" | cut -d' ' -f2-)
+read -r sw_n sw_s50 sw_s99 sw_c50 sw_c99 < <(grep '^full ' "$WORK/latency" | cut -d' ' -f2-)
+read -r q_n q_s50 q_s99 q_c50 q_c99 < <(grep '^quiet ' "$WORK/latency" | cut -d' ' -f2-)
 mark_ms=$(python3 -c "import json;print(json.load(open('$WORK/sweep1.json'))['mark_ms'])")
 mark_rows=$(python3 -c "import json;print(json.load(open('$WORK/sweep1.json'))['mark_rows'])")
 objects=$(python3 -c "import json;print(json.load(open('$WORK/sweep1.json'))['objects'])")
@@ -155,7 +160,7 @@ mib() { echo "scale=1; $1 / 1048576" | bc; }
     echo
     echo "| mount latency (ms) | ops | stat p50 | stat p99 | cat p50 | cat p99 |"
     echo "|---|---|---|---|---|---|"
-    echo "| idle | $idle_n | $idle_s50 | $idle_s99 | $idle_c50 | $idle_c99 |"
-    echo "| during $full full sweeps (2 timed, then back to back through the daemon with --recount) | $sw_n | $sw_s50 | $sw_s99 | $sw_c50 | $sw_c99 |"
-    echo "| during $quiet quiet sweeps (back to back through the daemon) | $q_n | $q_s50 | $q_s99 | $q_c50 | $q_c99 |"
+    echo "| idle ($ROUNDS x $PHASE s) | $idle_n | $idle_s50 | $idle_s99 | $idle_c50 | $idle_c99 |"
+    echo "| during $full full sweeps (2 timed, then back to back through the daemon with --recount, $ROUNDS x $PHASE s) | $sw_n | $sw_s50 | $sw_s99 | $sw_c50 | $sw_c99 |"
+    echo "| during $quiet quiet sweeps (back to back through the daemon, $ROUNDS x $PHASE s) | $q_n | $q_s50 | $q_s99 | $q_c50 | $q_c99 |"
 } | tee "$RESULTS"
