@@ -127,6 +127,31 @@ fn apply(root: &Path, op: &Op) {
     }
 }
 
+/// Directory `dir` of `view` lists `expected` after the child `after`, the
+/// same through `visit_dir` (by reference; base-only views) and
+/// `dir_entries`.
+fn assert_lists(
+    view: &strata::compose::GenView,
+    dir: &[u8],
+    after: Option<&[u8]>,
+    expected: &[Vec<u8>],
+    what: &str,
+) {
+    let mut visited = Vec::new();
+    view.visit_dir(dir, after, |row, _| {
+        visited.push(row.name.clone());
+        false
+    })
+    .unwrap();
+    let entries: Vec<Vec<u8>> = view
+        .dir_entries(dir, after)
+        .unwrap()
+        .map(|e| e.unwrap().0.name)
+        .collect();
+    assert!(visited == expected, "visit_dir: {what}");
+    assert!(entries == expected, "dir_entries: {what}");
+}
+
 /// Every directory of generation `gen` lists its children in name order,
 /// from the start and from after each child, the same through
 /// `visit_dir` (by reference; base-only views) and `dir_entries`.
@@ -150,27 +175,8 @@ fn check_listings(store: &strata::Store, gen: u64, expected: &Snapshot) {
             .collect();
         let after_each = std::iter::once(None).chain(children.iter().map(|c| Some(&c[..])));
         for (i, after) in after_each.enumerate() {
-            let mut visited = Vec::new();
-            view.visit_dir(&dir, after, |row, _| {
-                visited.push(row.name.clone());
-                false
-            })
-            .unwrap();
-            let entries: Vec<Vec<u8>> = view
-                .dir_entries(&dir, after)
-                .unwrap()
-                .map(|e| e.unwrap().0.name)
-                .collect();
-            assert_eq!(
-                visited,
-                children[i..],
-                "generation {gen}, {dir:?} after {after:?}"
-            );
-            assert_eq!(
-                entries,
-                children[i..],
-                "generation {gen}, {dir:?} after {after:?}"
-            );
+            let what = format!("generation {gen}, {dir:?} after {after:?}");
+            assert_lists(&view, &dir, after, &children[i..], &what);
         }
     }
 }
@@ -247,19 +253,8 @@ fn listings_cross_row_group_and_segment_boundaries() {
         let resume = (0..names.len()).filter(|i| near_boundary(*i));
         for (from, after) in std::iter::once((0, None)).chain(resume.map(|i| (i + 1, Some(i)))) {
             let after = after.map(|i| &names[i][..]);
-            let mut visited = Vec::new();
-            view.visit_dir(&dir, after, |row, _| {
-                visited.push(row.name.clone());
-                false
-            })
-            .unwrap();
-            let entries: Vec<Vec<u8>> = view
-                .dir_entries(&dir, after)
-                .unwrap()
-                .map(|e| e.unwrap().0.name)
-                .collect();
-            assert!(visited == names[from..], "d{d} after {after:?}");
-            assert!(entries == names[from..], "d{d} after {after:?}");
+            let what = format!("d{d} after {after:?}");
+            assert_lists(&view, &dir, after, &names[from..], &what);
         }
         row += names.len();
     }

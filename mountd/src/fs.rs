@@ -140,7 +140,7 @@ pub(crate) struct StrataFs {
     habits: StatHabits,
     /// Which directory listings the kernel keeps (from their second opening).
     listings: ListingCache,
-    /// Decodes the row group after a listing's end, off the FUSE workers.
+    /// Decodes the row groups after a listing's end, off the FUSE workers.
     read_ahead: ReadAhead,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
@@ -1054,7 +1054,7 @@ impl StrataFs {
         }
     }
 
-    /// After a listing's reply is sent: have the row group that follows
+    /// After a listing's reply is sent: have the row groups that follow
     /// where it stopped decoded (see read_ahead.rs).
     fn read_ahead(&self, stopped: Option<Stopped>) {
         if let Some((gen, pos)) = stopped {

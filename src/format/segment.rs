@@ -54,7 +54,9 @@ const META_KEY: &str = "strata.segment";
 /// nothing for it to gain (small enumerations, per-directory parents) or the
 /// bytes are random (digests), and a compressed column chunk costs a reader
 /// a compression and a decompression context per row group (parquet's codec
-/// makes both), a quarter of the decoding time of a listing.
+/// makes both). Decoding the wide benchmark tree's 1M rows took 160 ms with
+/// every column compressed and takes 110 ms without these; the files are
+/// the same size.
 const RAW_COLUMNS: [&str; 12] = [
     "parent",
     "kind",
