@@ -505,6 +505,30 @@ fn mount_returns_when_ready_and_unmount_reports_a_busy_mount() {
     assert_private(&st);
 }
 
+#[test]
+fn mount_runs_the_fuse_threads_asked_for_and_refuses_none() {
+    let t = tempfile::tempdir().unwrap();
+    let (_, st) = setup(t.path());
+    let mnt = t.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let m = mnt.to_str().unwrap();
+    let zero = strata(&st, &["mount", "--threads", "0", m]);
+    assert_eq!(zero.status.code(), Some(2), "a usage error");
+    let err = String::from_utf8_lossy(&zero.stderr);
+    assert!(err.contains("--threads"), "{err}");
+    let pid = mounted_pid(&ok(&strata(&st, &["mount", "--threads", "2", m])));
+    let fuse_threads = fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| fs::read_to_string(t.unwrap().path().join("comm")).ok())
+        .filter(|comm| {
+            let n = comm.trim().strip_prefix("fuser-").unwrap_or("x");
+            n.bytes().all(|b| b.is_ascii_digit())
+        })
+        .count();
+    assert_eq!(fuse_threads, 2);
+    ok(&strata(&st, &["unmount", m]));
+}
+
 fn kill_and_reap(pid: i32) {
     // SAFETY: signalling a daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };

@@ -129,6 +129,9 @@ struct MountCmd {
     /// it on a remote store to save requests)
     #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
     poll: Option<std::time::Duration>,
+    /// FUSE worker threads of the daemon (default 4)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: Option<u16>,
     /// An existing empty directory to mount the store on
     mountpoint: PathBuf,
 }
@@ -425,6 +428,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 sweep_every: a.sweep_every,
                 sweep_grace: a.sweep_grace,
                 poll: a.poll,
+                threads: a.threads,
             })
         }
         Cmd::Unmount(a) => mount::unmount(&a.mountpoint, a.lazy),

@@ -47,6 +47,8 @@ pub(crate) struct MountArgs<'a> {
     pub sweep_grace: Option<std::time::Duration>,
     /// How often latest is re-read (`None`: the daemon's default).
     pub poll: Option<std::time::Duration>,
+    /// FUSE worker threads (`None`: the daemon's default).
+    pub threads: Option<u16>,
 }
 
 pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
@@ -71,6 +73,9 @@ pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
     }
     if let Some(d) = a.poll {
         cmd.arg("--poll-ms").arg(d.as_millis().to_string());
+    }
+    if let Some(n) = a.threads {
+        cmd.arg("--threads").arg(n.to_string());
     }
     if let Some(d) = a.sweep_every {
         cmd.arg("--sweep-every-s").arg(d.as_secs().to_string());
