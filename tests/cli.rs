@@ -505,12 +505,24 @@ fn mount_returns_when_ready_and_unmount_reports_a_busy_mount() {
     assert_private(&st);
 }
 
-#[test]
-fn mount_runs_the_fuse_threads_asked_for_and_refuses_none() {
+/// A committed store, its source tree and an empty mount point, in a
+/// temporary directory (kept alive by the first value).
+fn mount_scratch() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
     let t = tempfile::tempdir().unwrap();
-    let (_, st) = setup(t.path());
+    let (src, st) = setup(t.path());
     let mnt = t.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
+    (t, src, st, mnt)
+}
+
+#[test]
+fn mount_runs_the_fuse_threads_asked_for_and_refuses_none() {
+    let (_t, _, st, mnt) = mount_scratch();
     let m = mnt.to_str().unwrap();
     let zero = strata(&st, &["mount", "--threads", "0", m]);
     assert_eq!(zero.status.code(), Some(2), "a usage error");
@@ -537,10 +549,7 @@ fn kill_and_reap(pid: i32) {
 
 #[test]
 fn mount_and_unmount_recover_a_dead_mount_and_refuse_a_served_one() {
-    let t = tempfile::tempdir().unwrap();
-    let (src, st) = setup(t.path());
-    let mnt = t.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let (_t, src, st, mnt) = mount_scratch();
     let m = mnt.to_str().unwrap();
     let pid = mounted_pid(&ok(&strata(&st, &["mount", m])));
     let twice = strata(&st, &["mount", m]);
