@@ -15,13 +15,13 @@
 //! kernel lookup in its generation's slot (node.rs).
 
 use crate::gen::{Gen, Gens};
-use crate::listing_cache::ListingCache;
 use crate::node::{dir_offset, ino_of, is_entry, offset_pos, pack_pos, Inodes, Node, Resolved};
 use crate::read_ahead::ReadAhead;
 use crate::stat_habits::StatHabits;
+use crate::synthetic_listing::{self, DirItem, Snapshots};
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
+    InitFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
 use std::collections::{HashMap, HashSet};
@@ -81,11 +81,6 @@ enum Handle {
     /// A packed (small) blob, read and verified at the first `read`: with
     /// FOPEN_KEEP_CACHE a warm open whose pages the kernel holds costs nothing.
     Packed(Arc<LazyBlob>),
-    /// A synthetic directory (sets, a set, its generations or tags), listed
-    /// at the first `readdir` and kept so offsets stay valid.
-    Listing(Arc<LazyListing>),
-    /// A directory of a generation: listed from row ranges, nothing kept.
-    GenDir { gen: Arc<Gen>, path: Vec<u8> },
 }
 
 /// Content of one packed blob, loaded once per open handle.
@@ -93,18 +88,6 @@ struct LazyBlob {
     row: Box<Row>,
     what: String,
     data: OnceLock<Reply<Vec<u8>>>,
-}
-
-/// Listing of one synthetic directory, built once per open handle.
-struct LazyListing {
-    node: Node,
-    items: OnceLock<Reply<Vec<DirItem>>>,
-}
-
-struct DirItem {
-    node: Node,
-    kind: FileType,
-    name: OsString,
 }
 
 /// One entry on its way into a readdir reply.
@@ -138,8 +121,10 @@ pub(crate) struct StrataFs {
     inodes: Mutex<Inodes>,
     /// Which callers get attributes with every listed entry.
     habits: StatHabits,
-    /// Which directory listings the kernel keeps (from their second opening).
-    listings: ListingCache,
+    /// Synthetic listings as they were when their current reading began.
+    snapshots: Snapshots,
+    /// Tells the kernel to drop what it keeps (set once the session exists).
+    notifier: Arc<OnceLock<Notifier>>,
     /// Decodes the row groups after a listing's end, off the FUSE workers.
     read_ahead: ReadAhead,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -255,6 +240,7 @@ impl StrataFs {
         stats: Arc<Stats>,
         verify: VerifyMode,
         preserve_owner: bool,
+        notifier: Arc<OnceLock<Notifier>>,
     ) -> StrataFs {
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -264,7 +250,8 @@ impl StrataFs {
             only,
             inodes: Mutex::new(Inodes::default()),
             habits: StatHabits::default(),
-            listings: ListingCache::default(),
+            snapshots: Snapshots::default(),
+            notifier,
             read_ahead: ReadAhead::start(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -399,7 +386,6 @@ impl StrataFs {
     }
 
     fn attr(&self, ino: u64, node: &Node) -> Reply<(FileAttr, Duration)> {
-        let dir = |ttl| (self.synthetic_attr(ino, FileType::Directory, 0), ttl);
         let link = |target: Vec<u8>| {
             let len = target.len() as u64;
             (self.synthetic_attr(ino, FileType::Symlink, len), LIVE_TTL)
@@ -410,7 +396,11 @@ impl StrataFs {
             | Node::Gens(_)
             | Node::Tags(_)
             | Node::History { .. }
-            | Node::Versions { .. } => dir(LIVE_TTL),
+            | Node::Versions { .. } => {
+                let mut attr = self.synthetic_attr(ino, FileType::Directory, 0);
+                attr.mtime = self.listing_mtime(node);
+                (attr, LIVE_TTL)
+            }
             Node::Version {
                 path, generation, ..
             } => link(version_target(path, *generation)),
@@ -588,6 +578,16 @@ impl StrataFs {
         })
     }
 
+    /// The mtime of a synthetic directory: it changes when its listing does
+    /// (see synthetic_listing.rs). One that cannot be listed now keeps the
+    /// daemon's start time (its reading will report the error).
+    fn listing_mtime(&self, node: &Node) -> SystemTime {
+        match self.listing(node) {
+            Ok(items) => synthetic_listing::mtime(self.started, &items),
+            Err(_) => self.started,
+        }
+    }
+
     /// `history/<path>` for `path` of the latest generation: a directory
     /// there is another history directory, anything else its versions.
     fn history_child(&self, set: &str, path: &[u8]) -> Reply<Node> {
@@ -653,6 +653,18 @@ impl StrataFs {
                 name: OsString::from(g.to_string()),
             })
             .collect())
+    }
+
+    /// Have the kernel drop the listings it keeps of directories `dirs`
+    /// (and their attributes), so their next reading asks the daemon.
+    fn drop_listings(&self, dirs: &[u64]) {
+        let Some(notifier) = self.notifier.get() else {
+            return;
+        };
+        for &dir in dirs {
+            // ENOENT: the kernel no longer holds that directory.
+            let _ = notifier.inval_inode(INodeNo(dir), 0, 0);
+        }
     }
 
     fn new_handle(&self, h: Handle) -> u64 {
@@ -931,68 +943,37 @@ impl StrataFs {
         })
     }
 
-    fn do_opendir(&self, ino: INodeNo) -> Reply<(Handle, FopenFlags)> {
-        // Generation directories never change: the kernel may keep their
-        // listings, from their second opening on (see listing_cache.rs).
-        let cached = || match self.listings.admit(ino.0) {
-            true => FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-            false => FopenFlags::empty(),
-        };
-        Ok(match self.node(ino)? {
-            Node::GenRoot {
-                set,
-                generation,
-                gen,
-            } => {
-                // An unopened placeholder may be opened again later with
-                // another representation: its listing is not kept.
-                let flags = match gen {
-                    Some(_) => cached(),
-                    None => FopenFlags::empty(),
-                };
-                let gen = self.root_gen(&set, generation, &gen)?;
-                let path = Vec::new();
-                (Handle::GenDir { gen, path }, flags)
-            }
-            Node::Entry { gen, row, .. } if row.kind == Kind::Dir => {
-                let path = row.path();
-                (Handle::GenDir { gen, path }, cached())
-            }
-            Node::Entry { .. } | Node::Latest(_) | Node::Tag(..) | Node::Version { .. } => {
-                return Err(Errno::ENOTDIR)
-            }
-            node => {
-                let listing = LazyListing {
-                    node,
-                    items: OnceLock::new(),
-                };
-                (Handle::Listing(Arc::new(listing)), FopenFlags::empty())
-            }
-        })
-    }
-
-    /// Feed the entries of an open directory from `offset` on to `emit`
+    /// Feed the entries of directory `ino` from `offset` on to `emit`
     /// (given each entry's own offset) until it reports a full reply.
     /// Returns where in a generation the walk stopped, if it read rows.
+    /// Directories are never opened, so everything comes from the inode: a
+    /// generation directory from its rows (its generation is held by the
+    /// kernel's lookups of it), a synthetic one from the snapshot of its
+    /// listing taken when this reading began at offset 0.
     fn walk_dir(
         &self,
-        fh: FileHandle,
+        ino: INodeNo,
         offset: u64,
         mut emit: impl FnMut(u64, Listed<'_>) -> Reply<bool>,
     ) -> Reply<Option<Stopped>> {
         enum Dir {
-            Listing(Arc<LazyListing>),
+            Listing(Arc<Vec<DirItem>>),
             Gen(Arc<Gen>, Vec<u8>),
         }
-        let dir = match self
-            .handles
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&fh.0)
-        {
-            Some(Handle::Listing(l)) => Dir::Listing(l.clone()),
-            Some(Handle::GenDir { gen, path }) => Dir::Gen(gen.clone(), path.clone()),
-            _ => return Err(Errno::EBADF),
+        let dir = match self.node(ino)? {
+            Node::GenRoot {
+                set,
+                generation,
+                gen,
+            } => Dir::Gen(self.root_gen(&set, generation, &gen)?, Vec::new()),
+            Node::Entry { gen, row, .. } if row.kind == Kind::Dir => Dir::Gen(gen, row.path()),
+            Node::Entry { .. } | Node::Latest(_) | Node::Tag(..) | Node::Version { .. } => {
+                return Err(Errno::ENOTDIR)
+            }
+            node => Dir::Listing(
+                self.snapshots
+                    .get(ino.0, offset == 0, || self.listing(&node))?,
+            ),
         };
         for (i, dot) in [".", ".."].into_iter().enumerate() {
             if offset <= i as u64 && emit(i as u64 + 1, Listed::Dot(dot))? {
@@ -1000,12 +981,7 @@ impl StrataFs {
             }
         }
         match dir {
-            Dir::Listing(l) => {
-                let items = l
-                    .items
-                    .get_or_init(|| self.listing(&l.node))
-                    .as_ref()
-                    .map_err(|e| *e)?;
+            Dir::Listing(items) => {
                 let from = offset.saturating_sub(2) as usize;
                 for (i, item) in items.iter().enumerate().skip(from) {
                     if emit(i as u64 + 3, Listed::Synthetic(item))? {
@@ -1136,6 +1112,9 @@ impl Filesystem for StrataFs {
         let _ = config.set_max_readahead(1 << 20);
         // Cache symlink targets: `latest` is invalidated by the refresher when it moves.
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
+        // Check a kept listing's mtime before serving it from the start
+        // (synthetic directories change theirs with their listing).
+        let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
         let plus = config
             .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS)
             .is_ok();
@@ -1155,10 +1134,12 @@ impl Filesystem for StrataFs {
         match guarded("lookup", || self.do_lookup(parent, name)) {
             Ok((attr, ttl)) => {
                 self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+                let mut bare = Vec::new();
                 if attr.kind != FileType::Directory && is_entry(attr.ino.0) {
-                    self.habits.looked_up(req.pid());
+                    bare = self.habits.looked_up(req.pid());
                 }
-                reply.entry(&ttl, &attr, Generation(0))
+                reply.entry(&ttl, &attr, Generation(0));
+                self.drop_listings(&bare);
             }
             Err(e) => reply.error(e),
         }
@@ -1247,33 +1228,30 @@ impl Filesystem for StrataFs {
         reply.ok();
     }
 
-    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match guarded("opendir", || self.do_opendir(ino)) {
-            Ok((h, mut flags)) => {
-                if flags.contains(FopenFlags::FOPEN_KEEP_CACHE)
-                    && !self.habits.keeps_listing(req.pid(), ino.0)
-                {
-                    // Fetched bare, and this caller stats: fetch it again.
-                    flags.remove(FopenFlags::FOPEN_KEEP_CACHE);
-                }
-                reply.opened(FileHandle(self.new_handle(h)), flags)
-            }
-            Err(e) => reply.error(e),
-        }
+    /// Directories are never opened: ENOSYS here tells the kernel so for
+    /// the rest of the connection. It then sends no `opendir` or
+    /// `releasedir` (two round trips per directory a walk enters), and keeps
+    /// every listing it reads (FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE) until the
+    /// daemon drops it: generation directories never change, synthetic ones
+    /// carry their listing's fingerprint in their mtime (synthetic_listing.rs),
+    /// and a listing fetched bare is dropped when a caller that stats comes
+    /// (stat_habits.rs).
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         self.stats.dir_reads.fetch_add(1, Ordering::Relaxed);
         let mut base = None;
         let r = guarded("readdir", || {
-            self.walk_dir(fh, offset, |off, item| {
+            self.walk_dir(ino, offset, |off, item| {
                 let (child, kind) = match &item {
                     // The kernel resolves `..` itself; both dots carry this
                     // directory's number (informational only).
@@ -1299,7 +1277,7 @@ impl Filesystem for StrataFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
@@ -1309,7 +1287,7 @@ impl Filesystem for StrataFs {
         let mut bare = 0u64;
         let mut base = None;
         let r = guarded("readdirplus", || {
-            self.walk_dir(fh, offset, |off, item| {
+            self.walk_dir(ino, offset, |off, item| {
                 if let Listed::Entry(gen, row, pos) = &item {
                     if row.kind != Kind::Dir && !attrs {
                         let ino = self.entry_ino(&mut base, gen, *pos)?;
@@ -1349,18 +1327,6 @@ impl Filesystem for StrataFs {
             }
             Err(e) => reply.error(e),
         }
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.drop_handle(fh);
-        reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -1,5 +1,5 @@
 //! A bounded record of directory inode numbers, for the daemon's memory of
-//! what it did with a directory (listed it bare, had it opened). Past its
+//! what it did with a directory (listed it bare). Past its
 //! capacity the record starts over: what it forgot only costs the work
 //! the record was saving, never a wrong answer, so no eviction order is
 //! kept.
@@ -31,9 +31,9 @@ impl InodeSet {
         self.inodes.insert(ino)
     }
 
-    /// Forget `ino`; true if it was recorded.
-    pub(crate) fn remove(&mut self, ino: u64) -> bool {
-        self.inodes.remove(&ino)
+    /// Everything recorded, leaving the record empty.
+    pub(crate) fn take_all(&mut self) -> Vec<u64> {
+        self.inodes.drain().collect()
     }
 }
 
@@ -48,6 +48,9 @@ mod tests {
         assert!(!set.insert(2), "already recorded");
         assert!(set.insert(4), "past capacity: started over");
         assert!(set.insert(1), "forgotten when the record started over");
-        assert!(set.remove(4) && !set.remove(4));
+        let mut all = set.take_all();
+        all.sort();
+        assert_eq!(all, [1, 4]);
+        assert!(set.take_all().is_empty());
     }
 }

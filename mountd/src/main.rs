@@ -11,20 +11,20 @@ mod control;
 mod fs;
 mod gen;
 mod inode_set;
-mod listing_cache;
 mod metrics;
 mod node;
 mod notify;
 mod read_ahead;
 mod stat_habits;
 mod sweeper;
+mod synthetic_listing;
 mod worker;
 
 use clap::Parser;
 use fuser::{Config, INodeNo, MountOption, Notifier, Session};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 use strata::format::record::State;
 use strata::index::GenIndex;
@@ -143,12 +143,14 @@ fn run(args: Args) -> Result<(), String> {
     }
     let gens = Arc::new(gen::Gens::new(store));
     let stats = Arc::new(fs::Stats::default());
+    let notifier = Arc::new(OnceLock::new());
     let fs = fs::StrataFs::new(
         gens.clone(),
         args.set.clone(),
         stats.clone(),
         args.verify,
         args.preserve_owner,
+        notifier.clone(),
     );
     let mut config = Config::default();
     config.mount_options = vec![
@@ -201,6 +203,7 @@ fn run(args: Args) -> Result<(), String> {
             ));
         }
     };
+    let _ = notifier.set(session.notifier());
     if let Ok(Some(m)) = strata::mounttab::find(&mountpoint) {
         let _ = connection.set(m.minor);
     }
@@ -312,13 +315,16 @@ fn detach(mountpoint: &Path) {
 }
 
 /// Tell the kernel what changed about a set's latest: a new generation
-/// moves the `latest` symlink; a new representation of the same generation
+/// moves the `latest` symlink and changes the generation list (its kept
+/// listing is checked again at its next reading); a new representation of the same generation
 /// (materialized) drops the cached `gens/<N>` entry, so new path walks look
 /// it up again and get the new view (users of the old one keep it).
 fn announce(notifier: &Notifier, set: &str, prev: &(u64, String), now: &(u64, String)) {
     if prev.0 != now.0 {
-        let ino = node::ino_of(&node::Node::Latest(set.to_string()));
-        let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+        // The list first: whoever sees the new `latest` finds it listed.
+        for n in [node::Node::Gens(set.into()), node::Node::Latest(set.into())] {
+            let _ = notifier.inval_inode(INodeNo(node::ino_of(&n)), 0, 0);
+        }
     } else if prev.1 != now.1 {
         let gens = node::ino_of(&node::Node::Gens(set.to_string()));
         let name = now.0.to_string();
@@ -330,9 +336,10 @@ fn announce(notifier: &Notifier, set: &str, prev: &(u64, String), now: &(u64, St
 /// new representation (a materialization of a generation that is not
 /// latest) is forgotten, so new users open the new view, and its cached
 /// `gens/<N>` entry is dropped so new path walks reach it; current users
-/// keep theirs. One that retention retired has its cached entry dropped,
-/// so the kernel forgets its inodes once no cwd or open file uses them and
-/// its pin is released (a sweep may then reclaim it).
+/// keep theirs. One that retention retired has its cached entry and the
+/// kept generation list dropped, so it leaves `gens/`, the kernel forgets
+/// its inodes once no cwd or open file uses them and its pin is released
+/// (a sweep may then reclaim it).
 fn follow_held(gens: &gen::Gens, notifier: &Notifier) {
     for (set, g, manifest) in gens.held_views() {
         let Ok(Some(r)) = GenIndex::new(gens.store(), &set).newest(g) else {
@@ -346,6 +353,7 @@ fn follow_held(gens: &gen::Gens, notifier: &Notifier) {
         if moved || r.state == State::Retired {
             let dir = node::ino_of(&node::Node::Gens(set.clone()));
             let _ = notifier.inval_entry(INodeNo(dir), std::ffi::OsStr::new(&g.to_string()));
+            let _ = notifier.inval_inode(INodeNo(dir), 0, 0);
         }
     }
 }

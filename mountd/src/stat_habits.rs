@@ -10,12 +10,13 @@
 //! `d_ino` and type; the kernel looks the name up if something needs it)
 //! to a caller that has not shown that it uses them.
 //!
-//! The kernel keeps a listing it fetched (names only, FOPEN_CACHE_DIR) and
-//! serves later reads of the directory from it, so a caller that stats
-//! would find no attributes there if the listing was fetched bare. Such
-//! directories are remembered, and when a caller that stats opens one, the
-//! kernel is told to drop the kept listing and fetch it again, this time
-//! with attributes.
+//! The kernel keeps every listing it fetched (names only) and serves later
+//! reads of the directory from it, so a caller that stats would find no
+//! attributes there if the listing was fetched bare, and would look up
+//! every entry. Directories listed bare are remembered, and when a caller
+//! that stats looks something up, the kernel is told to drop the kept
+//! listings of all of them (fs.rs, `drop_listings`): their next reading
+//! fetches them again, this time with attributes.
 //!
 //! A caller is the thread id in the request header. It has shown that it
 //! uses what it lists once its lookups of non-directory entries reach
@@ -99,21 +100,19 @@ impl StatHabits {
         habit.bare = habit.bare.saturating_add(n);
     }
 
-    /// Whether the kernel may serve `pid` the listing of `dir` it keeps.
-    /// Not when `pid` stats what it lists and that listing was fetched
-    /// bare: then it is fetched again (with attributes).
-    pub(crate) fn keeps_listing(&self, pid: u32, dir: u64) -> bool {
-        let mut callers = self.lock();
-        let stats = callers.by_pid.get(&pid).is_some_and(Habit::stats);
-        !(stats && callers.bare_dirs.remove(dir))
-    }
-
     /// `pid` looked up a non-directory entry (also one it was never listed
     /// by the daemon: the kernel may have served it a kept listing).
-    pub(crate) fn looked_up(&self, pid: u32) {
+    /// Returns the directories whose kept listings went out bare once `pid`
+    /// stats what it lists (then they are forgotten here): the kernel is
+    /// to drop those listings, so they are fetched again with attributes.
+    pub(crate) fn looked_up(&self, pid: u32) -> Vec<u64> {
         let mut callers = self.lock();
         let habit = callers.habit(pid);
         habit.looked_up = habit.looked_up.saturating_add(1);
+        match habit.stats() {
+            true => callers.bare_dirs.take_all(),
+            false => Vec::new(),
+        }
     }
 
     /// Callers currently remembered.
@@ -169,17 +168,20 @@ mod tests {
     }
 
     #[test]
-    fn a_bare_kept_listing_is_refetched_once_for_a_caller_that_stats() {
+    fn bare_kept_listings_are_dropped_once_for_a_caller_that_stats() {
         let h = StatHabits::default();
         h.listed_bare(7, 100, 50);
-        assert!(h.keeps_listing(7, 100), "the caller that read names only");
+        assert!(h.looked_up(7).is_empty(), "the caller that read names only");
         h.listed_bare(8, 200, 1);
-        for _ in 0..MIN_LOOKUPS {
-            h.looked_up(8);
+        for _ in 1..MIN_LOOKUPS {
+            assert!(h.looked_up(8).is_empty(), "not a habit yet");
         }
-        assert!(h.keeps_listing(8, 300), "never listed bare");
-        assert!(!h.keeps_listing(8, 100), "listed bare: fetch again");
-        assert!(h.keeps_listing(8, 100), "fetched again with attributes");
+        let mut dropped = h.looked_up(8);
+        dropped.sort();
+        assert_eq!(dropped, [100, 200], "listed bare: fetch again");
+        assert!(h.looked_up(8).is_empty(), "fetched again with attributes");
+        h.listed_bare(7, 300, 5);
+        assert_eq!(h.looked_up(8), [300], "listed bare since");
     }
 
     #[test]
@@ -198,11 +200,11 @@ mod tests {
         h.listed_bare(7, 100, 50);
         // Caller 9 reads directory 100 from the kernel's kept listing (the
         // daemon sees no readdir) and stats its entries.
-        for _ in 0..MIN_LOOKUPS {
+        for _ in 1..MIN_LOOKUPS {
             h.looked_up(9);
         }
+        assert_eq!(h.looked_up(9), [100]);
         assert!(h.wants_attrs(9));
-        assert!(!h.keeps_listing(9, 100));
     }
 
     #[test]
