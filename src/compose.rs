@@ -27,14 +27,46 @@ const GROUP_CACHE: usize = 32;
 const READ_AHEAD_GROUPS: usize = 2;
 
 type Key = (Vec<u8>, Vec<u8>);
-/// Decoded row groups by (segment, group).
-type GroupCache = Lru<(usize, usize), Arc<GroupSlot>>;
 
-/// One cached row group, filled once by whichever reader decodes it first;
-/// readers that want it meanwhile wait for that decode instead of
-/// repeating it. `None` when the decode failed (each reader then decodes
-/// it again and gets the error itself).
-type GroupSlot = OnceLock<Option<Arc<Vec<Row>>>>;
+/// One cached segment or decoded row group, filled once by whichever reader
+/// loads it first; readers that want it meanwhile wait for that load
+/// instead of repeating it (a segment is read whole and hashed; a group is
+/// decoded). `None` when the load failed (each reader then loads it again
+/// and gets the error itself).
+type Slot<T> = OnceLock<Option<Arc<T>>>;
+/// Slots by key, the most recently used kept.
+type SlotCache<K, T> = Mutex<Lru<K, Arc<Slot<T>>>>;
+
+/// The item of `cache` at `key`, loaded with `load` unless it is cached or
+/// being loaded by another reader (then that load is waited for).
+fn cached<K: PartialEq + Copy, T>(
+    cache: &SlotCache<K, T>,
+    key: K,
+    load: impl Fn() -> Result<T>,
+) -> Result<Arc<T>> {
+    let slot = {
+        let mut items = cache.lock().unwrap_or_else(PoisonError::into_inner);
+        items.get(&key).unwrap_or_else(|| {
+            let slot = Arc::new(Slot::new());
+            items.put(key, slot.clone());
+            slot
+        })
+    };
+    let mut failed = None;
+    let loaded = slot.get_or_init(|| match load() {
+        Ok(v) => Some(Arc::new(v)),
+        Err(e) => {
+            failed = Some(e);
+            None
+        }
+    });
+    match (loaded, failed) {
+        (Some(v), _) => Ok(v.clone()),
+        (None, Some(e)) => Err(e),
+        // Another reader's load of it failed: meet the error here too.
+        (None, None) => load().map(Arc::new),
+    }
+}
 
 struct Lru<K, V> {
     cap: usize,
@@ -104,8 +136,9 @@ pub struct Representation {
     pub manifest_name: String,
     pub manifest: Manifest,
     bounds: Vec<(Key, Key)>,
-    segments: Mutex<Lru<usize, Arc<Segment>>>,
-    groups: Mutex<GroupCache>,
+    segments: SlotCache<usize, Segment>,
+    /// Decoded row groups by (segment, group).
+    groups: SlotCache<(usize, usize), Vec<Row>>,
 }
 
 impl Representation {
@@ -148,53 +181,22 @@ impl Representation {
     }
 
     fn segment(&self, i: usize) -> Result<Arc<Segment>> {
-        if let Some(s) = self
-            .segments
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&i)
-        {
-            return Ok(s);
-        }
-        let r = &self.manifest.segments[i];
-        let seg = Arc::new(load_segment(&self.store, &r.name, r.size)?);
-        if seg.rows() != r.rows {
-            return Err(Error::corrupt(
-                "segment",
-                &r.name,
-                "row count differs from manifest",
-            ));
-        }
-        self.segments
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .put(i, seg.clone());
-        Ok(seg)
+        cached(&self.segments, i, || {
+            let r = &self.manifest.segments[i];
+            let seg = load_segment(&self.store, &r.name, r.size)?;
+            if seg.rows() != r.rows {
+                return Err(Error::corrupt(
+                    "segment",
+                    &r.name,
+                    "row count differs from manifest",
+                ));
+            }
+            Ok(seg)
+        })
     }
 
     fn group(&self, seg: usize, group: usize) -> Result<Arc<Vec<Row>>> {
-        let slot = {
-            let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
-            groups.get(&(seg, group)).unwrap_or_else(|| {
-                let slot = Arc::new(GroupSlot::new());
-                groups.put((seg, group), slot.clone());
-                slot
-            })
-        };
-        let mut failed = None;
-        let decoded = slot.get_or_init(|| match self.read_group(seg, group) {
-            Ok(rows) => Some(Arc::new(rows)),
-            Err(e) => {
-                failed = Some(e);
-                None
-            }
-        });
-        match (decoded, failed) {
-            (Some(rows), _) => Ok(rows.clone()),
-            (None, Some(e)) => Err(e),
-            // Another reader's decode of it failed: meet the error here too.
-            (None, None) => self.read_group(seg, group).map(Arc::new),
-        }
+        cached(&self.groups, (seg, group), || self.read_group(seg, group))
     }
 
     /// Decode the [`READ_AHEAD_GROUPS`] row groups that follow `pos` into
@@ -828,5 +830,40 @@ where
     type Item = Result<T>;
     fn next(&mut self) -> Option<Result<T>> {
         self.next_row().transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn readers_of_one_item_share_one_load() {
+        let cache: SlotCache<usize, usize> = Mutex::new(Lru::new(2));
+        let loads = AtomicUsize::new(0);
+        let load = || {
+            loads.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(50));
+            Ok(7)
+        };
+        std::thread::scope(|s| {
+            let readers: Vec<_> = (0..4).map(|_| s.spawn(|| cached(&cache, 1, load))).collect();
+            for r in readers {
+                assert_eq!(*r.join().unwrap().unwrap(), 7);
+            }
+        });
+        assert_eq!(loads.load(Ordering::SeqCst), 1, "one load for four readers");
+    }
+
+    #[test]
+    fn a_failed_load_is_met_by_every_reader_and_evicted_items_load_again() {
+        let cache: SlotCache<usize, usize> = Mutex::new(Lru::new(1));
+        let fail = || Err(Error::Invalid("no".into()));
+        assert!(cached(&cache, 1, fail).is_err());
+        assert!(cached(&cache, 1, fail).is_err(), "the error is met again");
+        assert_eq!(*cached(&cache, 2, || Ok(2)).unwrap(), 2);
+        assert_eq!(*cached(&cache, 1, || Ok(1)).unwrap(), 1, "1 was evicted");
     }
 }
