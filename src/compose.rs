@@ -849,7 +849,9 @@ mod tests {
             Ok(7)
         };
         std::thread::scope(|s| {
-            let readers: Vec<_> = (0..4).map(|_| s.spawn(|| cached(&cache, 1, load))).collect();
+            let readers: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| cached(&cache, 1, load)))
+                .collect();
             for r in readers {
                 assert_eq!(*r.join().unwrap().unwrap(), 7);
             }

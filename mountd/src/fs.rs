@@ -15,6 +15,7 @@
 //! kernel lookup in its generation's slot (node.rs).
 
 use crate::gen::{Gen, Gens};
+use crate::listing_cache::ListingCache;
 use crate::node::{dir_offset, ino_of, is_entry, offset_pos, pack_pos, Inodes, Node, Resolved};
 use crate::read_ahead::ReadAhead;
 use crate::stat_habits::StatHabits;
@@ -121,6 +122,9 @@ pub(crate) struct StrataFs {
     inodes: Mutex<Inodes>,
     /// Which callers get attributes with every listed entry.
     habits: StatHabits,
+    /// Whether the kernel keeps listings yet (it does once a directory is
+    /// opened again).
+    listings: ListingCache,
     /// Synthetic listings as they were when their current reading began.
     snapshots: Snapshots,
     /// Tells the kernel to drop what it keeps (set once the session exists).
@@ -250,6 +254,7 @@ impl StrataFs {
             only,
             inodes: Mutex::new(Inodes::default()),
             habits: StatHabits::default(),
+            listings: ListingCache::default(),
             snapshots: Snapshots::default(),
             notifier,
             read_ahead: ReadAhead::start(),
@@ -1228,16 +1233,25 @@ impl Filesystem for StrataFs {
         reply.ok();
     }
 
-    /// Directories are never opened: ENOSYS here tells the kernel so for
-    /// the rest of the connection. It then sends no `opendir` or
-    /// `releasedir` (two round trips per directory a walk enters), and keeps
-    /// every listing it reads (FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE) until the
-    /// daemon drops it: generation directories never change, synthetic ones
-    /// carry their listing's fingerprint in their mtime (synthetic_listing.rs),
-    /// and a listing fetched bare is dropped when a caller that stats comes
-    /// (stat_habits.rs).
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.error(Errno::ENOSYS);
+    /// Opened directories keep no handle (listings are read by inode), and
+    /// their listings are not kept by the kernel, until a directory of a
+    /// generation is opened again: that opening is answered ENOSYS, and the
+    /// kernel sends no `opendir` again and keeps every listing it reads
+    /// (listing_cache.rs). Generation directories never change; synthetic
+    /// ones carry their listing's fingerprint in their mtime
+    /// (synthetic_listing.rs); a listing kept bare is dropped when a caller
+    /// that stats comes (stat_habits.rs).
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let generation_dir = is_entry(ino.0)
+            || matches!(
+                self.inodes().get(ino.0),
+                Some(Resolved::Synthetic(Node::GenRoot { .. }))
+            );
+        if generation_dir && self.listings.opened_again(ino.0) {
+            info!("a directory was opened again: the kernel keeps listings from now on");
+            return reply.error(Errno::ENOSYS);
+        }
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
     fn readdir(

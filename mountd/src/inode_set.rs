@@ -1,5 +1,5 @@
 //! A bounded record of directory inode numbers, for the daemon's memory of
-//! what it did with a directory (listed it bare). Past its
+//! what it did with a directory (listed it bare, had it opened). Past its
 //! capacity the record starts over: what it forgot only costs the work
 //! the record was saving, never a wrong answer, so no eviction order is
 //! kept.

@@ -11,6 +11,7 @@ mod control;
 mod fs;
 mod gen;
 mod inode_set;
+mod listing_cache;
 mod metrics;
 mod node;
 mod notify;

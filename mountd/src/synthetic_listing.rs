@@ -2,9 +2,9 @@
 //! list, tags and history) and how the kernel's kept copies of them stay
 //! true.
 //!
-//! The daemon opens no directory (fs.rs answers `opendir` with ENOSYS), so
-//! the kernel keeps every listing it reads and serves later reads from it.
-//! Before it serves a kept listing from the start, it compares the
+//! Once the kernel keeps every listing it reads (listing_cache.rs), it
+//! serves later readings of a directory alone. Before it serves a kept
+//! listing from the start, it compares the
 //! directory's mtime with the one it saw when it fetched that listing (the
 //! mount asks for FUSE_AUTO_INVAL_DATA, so the attributes are fetched again
 //! first once they have expired). A synthetic directory's mtime is the

@@ -848,6 +848,14 @@ fn control_socket_refuses_another_uid() {
     assert!(!text.contains("\"ok\":true"));
 }
 
+/// Open generation directory `gen` twice: the mount then has the kernel
+/// keep every listing it reads.
+fn keep_listings(gen: &Path) {
+    for _ in 0..2 {
+        names_in(gen);
+    }
+}
+
 /// The names directory `dir` lists, sorted.
 fn names_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
@@ -858,9 +866,8 @@ fn names_in(dir: &Path) -> Vec<String> {
     names
 }
 
-/// The daemon opens no directories, so the kernel keeps every listing it
-/// reads; the synthetic ones (sets, generations, history) must still follow
-/// what they list.
+/// Once the kernel keeps every listing it reads, the synthetic ones (sets,
+/// generations, history) must still follow what they list.
 #[test]
 fn kept_listings_of_sets_generations_and_history_follow_commits() {
     let Scratch {
@@ -875,6 +882,10 @@ fn kept_listings_of_sets_generations_and_history_follow_commits() {
     let m = Mount::start(&st, &mnt);
     let gens = m.point.join("s/gens");
     let versions = m.point.join("s/history/f.txt");
+    keep_listings(&gens.join("1"));
+    let reads = counter(&st, "dir_reads");
+    names_in(&gens.join("1"));
+    assert_eq!(counter(&st, "dir_reads"), reads, "listings are kept");
     for _ in 0..2 {
         assert_eq!(names_in(&m.point), ["s"]);
         assert_eq!(names_in(&gens), ["1"]);
@@ -908,6 +919,7 @@ fn tags_appear_and_follow_untag_and_retag() {
     let m = Mount::start(&st, &mnt);
     let tag = m.point.join("s/tags/release");
     let tags = m.point.join("s/tags");
+    keep_listings(&m.point.join("s/gens/1"));
     assert!(!tag.exists());
     // The kernel keeps the empty listing; it must not outlive the tag.
     assert!(names_in(&tags).is_empty());
@@ -1114,8 +1126,46 @@ fn a_walk_that_reads_only_names_instantiates_no_file_inodes() {
     );
 }
 
+/// A listing the kernel keeps bare (fetched by a walk that reads only
+/// names) is dropped when a caller that stats comes, so that caller gets
+/// its listings again with attributes instead of looking up every entry.
 #[test]
-fn the_kernel_keeps_every_listing_it_reads() {
+fn bare_kept_listings_are_fetched_again_for_a_caller_that_stats() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    for i in 0..2000 {
+        write(&src, &format!("d{}/f{i}", i % 4), &noise(i, 10));
+    }
+    commit_dir(&store, "s", &src);
+    let m = Mount::start(&st, &mnt);
+    let root = m.point.join("s/gens/1");
+    let find = || {
+        let out = Command::new("find").arg(&root).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    // Uncached, then kept (bare), then served by the kernel alone.
+    for _ in 0..3 {
+        find();
+    }
+    let reads = counter(&st, "dir_reads");
+    find();
+    assert_eq!(counter(&st, "dir_reads"), reads, "the listings are kept");
+    let lookups = counter(&st, "lookups");
+    assert_eq!(stat_listing(&root), stat_listing(&src));
+    let looked_up = counter(&st, "lookups") - lookups;
+    assert!(
+        (400..1500).contains(&looked_up),
+        "{looked_up} lookups for a stat walk of 2,000 files in 4 directories kept bare"
+    );
+}
+
+#[test]
+fn the_kernel_keeps_listings_once_a_directory_is_opened_again() {
     let Scratch {
         _dir,
         st,
@@ -1136,11 +1186,13 @@ fn the_kernel_keeps_every_listing_it_reads() {
         assert_eq!(out.stdout.split(|b| *b == b'\n').count(), 300 + 2 + 1);
         counter(&st, "dir_reads") - before
     };
-    // The first reading asks the daemon; from then on the kernel answers
-    // alone (no opendir, no readdir).
+    // First opening: served uncached; the second turns the kernel's
+    // keeping of listings on and is served while it fills; from then on
+    // the kernel answers alone (no opendir, no readdir).
     assert!(reads_of_one_listing() > 0, "first listing");
-    assert_eq!(reads_of_one_listing(), 0, "second listing");
+    assert!(reads_of_one_listing() > 0, "second listing");
     assert_eq!(reads_of_one_listing(), 0, "third listing");
+    assert_eq!(reads_of_one_listing(), 0, "fourth listing");
 }
 
 /// `program` run as nobody (uid and gid 65534, no groups).
@@ -1720,6 +1772,7 @@ fn history_lists_the_versions_of_a_path() {
         commit_dir(&store, "s", &src);
     }
     let m = Mount::start(&st, &mnt);
+    keep_listings(&m.point.join("s/gens/1"));
     let versions = m.point.join("s/history/d/f.txt");
     let listed = |p: &Path| -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(p)
