@@ -951,7 +951,7 @@ impl StrataFs {
     /// Feed the entries of directory `ino` from `offset` on to `emit`
     /// (given each entry's own offset) until it reports a full reply.
     /// Returns where in a generation the walk stopped, if it read rows.
-    /// Directories are never opened, so everything comes from the inode: a
+    /// Directories keep no handle, so everything comes from the inode: a
     /// generation directory from its rows (its generation is held by the
     /// kernel's lookups of it), a synthetic one from the snapshot of its
     /// listing taken when this reading began at offset 0.
@@ -1242,16 +1242,22 @@ impl Filesystem for StrataFs {
     /// (synthetic_listing.rs); a listing kept bare is dropped when a caller
     /// that stats comes (stat_habits.rs).
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let generation_dir = is_entry(ino.0)
-            || matches!(
-                self.inodes().get(ino.0),
-                Some(Resolved::Synthetic(Node::GenRoot { .. }))
-            );
-        if generation_dir && self.listings.opened_again(ino.0) {
-            info!("a directory was opened again: the kernel keeps listings from now on");
-            return reply.error(Errno::ENOSYS);
+        let again = guarded("opendir", || {
+            let generation_dir = is_entry(ino.0)
+                || matches!(
+                    self.inodes().get(ino.0),
+                    Some(Resolved::Synthetic(Node::GenRoot { .. }))
+                );
+            Ok(generation_dir && self.listings.opened_again(ino.0))
+        });
+        match again {
+            Ok(true) => {
+                info!("a directory was opened again: the kernel keeps listings from now on");
+                reply.error(Errno::ENOSYS)
+            }
+            Ok(false) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
         }
-        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
     fn readdir(

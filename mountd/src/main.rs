@@ -317,9 +317,10 @@ fn detach(mountpoint: &Path) {
 
 /// Tell the kernel what changed about a set's latest: a new generation
 /// moves the `latest` symlink and changes the generation list (its kept
-/// listing is checked again at its next reading); a new representation of the same generation
-/// (materialized) drops the cached `gens/<N>` entry, so new path walks look
-/// it up again and get the new view (users of the old one keep it).
+/// listing is checked again at its next reading); a new representation of
+/// the same generation (materialized) drops the cached `gens/<N>` entry, so
+/// new path walks look it up again and get the new view (users of the old
+/// one keep it).
 fn announce(notifier: &Notifier, set: &str, prev: &(u64, String), now: &(u64, String)) {
     if prev.0 != now.0 {
         // The list first: whoever sees the new `latest` finds it listed.
