@@ -4,10 +4,10 @@
 //!
 //! Once the kernel keeps every listing it reads (listing_cache.rs), it
 //! serves later readings of a directory alone. Before it serves a kept
-//! listing from the start, it compares the
-//! directory's mtime with the one it saw when it fetched that listing (the
-//! mount asks for FUSE_AUTO_INVAL_DATA, so the attributes are fetched again
-//! first once they have expired). A synthetic directory's mtime is the
+//! listing from the start, it compares the directory's mtime with the one
+//! it saw when it fetched that listing (the mount asks for
+//! FUSE_AUTO_INVAL_DATA, so the attributes are fetched again first once
+//! they have expired). A synthetic directory's mtime is the
 //! daemon's start time with a fingerprint of what it lists in the
 //! nanoseconds ([`mtime`]), so a listing that changed is fetched again
 //! within the attributes' TTL, and one that did not is served by the kernel
