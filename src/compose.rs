@@ -181,18 +181,21 @@ impl Representation {
     }
 
     fn segment(&self, i: usize) -> Result<Arc<Segment>> {
-        cached(&self.segments, i, || {
-            let r = &self.manifest.segments[i];
-            let seg = load_segment(&self.store, &r.name, r.size)?;
-            if seg.rows() != r.rows {
-                return Err(Error::corrupt(
-                    "segment",
-                    &r.name,
-                    "row count differs from manifest",
-                ));
-            }
-            Ok(seg)
-        })
+        cached(&self.segments, i, || self.load_segment(i))
+    }
+
+    /// Segment `i`, read and checked (not cached).
+    fn load_segment(&self, i: usize) -> Result<Segment> {
+        let r = &self.manifest.segments[i];
+        let seg = load_segment(&self.store, &r.name, r.size)?;
+        if seg.rows() != r.rows {
+            return Err(Error::corrupt(
+                "segment",
+                &r.name,
+                "row count differs from manifest",
+            ));
+        }
+        Ok(seg)
     }
 
     fn group(&self, seg: usize, group: usize) -> Result<Arc<Vec<Row>>> {
@@ -398,11 +401,12 @@ impl Representation {
         Ok(())
     }
 
-    /// Every stored content location, decoding only those columns.
+    /// Every stored content location, decoding only those columns (a scan:
+    /// each segment is read for it alone and dropped after, not cached).
     pub fn blob_locs(&self, mut f: impl FnMut(crate::row::BlobLoc)) -> Result<()> {
         let mut buf = Vec::with_capacity(crate::format::segment::GROUP_ROWS);
         for i in 0..self.bounds.len() {
-            let seg = self.segment(i)?;
+            let seg = self.load_segment(i)?;
             for g in 0..seg.group_count() {
                 buf.clear();
                 seg.read_locs(g, &mut buf)?;
