@@ -31,8 +31,9 @@ type Key = (Vec<u8>, Vec<u8>);
 /// One cached segment or decoded row group, filled once by whichever reader
 /// loads it first; readers that want it meanwhile wait for that load
 /// instead of repeating it (a segment is read whole and hashed; a group is
-/// decoded). `None` when the load failed (each reader then loads it again
-/// and gets the error itself).
+/// decoded). `None` when the load failed: the readers that waited load it
+/// again and meet the error themselves, and the slot leaves the cache, so
+/// a failure that passes (a remote store's timeout) is not kept.
 type Slot<T> = OnceLock<Option<Arc<T>>>;
 /// Slots by key, the most recently used kept.
 type SlotCache<K, T> = Mutex<Lru<K, Arc<Slot<T>>>>;
@@ -62,7 +63,11 @@ fn cached<K: PartialEq + Copy, T>(
     });
     match (loaded, failed) {
         (Some(v), _) => Ok(v.clone()),
-        (None, Some(e)) => Err(e),
+        (None, Some(e)) => {
+            let mut items = cache.lock().unwrap_or_else(PoisonError::into_inner);
+            items.remove_if(&key, |s| Arc::ptr_eq(s, &slot));
+            Err(e)
+        }
         // Another reader's load of it failed: meet the error here too.
         (None, None) => load().map(Arc::new),
     }
@@ -90,6 +95,10 @@ impl<K: PartialEq, V: Clone> Lru<K, V> {
     fn put(&mut self, k: K, v: V) {
         self.items.push_front((k, v));
         self.items.truncate(self.cap);
+    }
+    /// Drop the item at `k` if `which` says it is the one meant.
+    fn remove_if(&mut self, k: &K, which: impl Fn(&V) -> bool) {
+        self.items.retain(|(key, v)| key != k || !which(v));
     }
 }
 
@@ -871,5 +880,19 @@ mod tests {
         assert!(cached(&cache, 1, fail).is_err(), "the error is met again");
         assert_eq!(*cached(&cache, 2, || Ok(2)).unwrap(), 2);
         assert_eq!(*cached(&cache, 1, || Ok(1)).unwrap(), 1, "1 was evicted");
+    }
+
+    #[test]
+    fn a_failure_that_passes_is_not_kept() {
+        let cache: SlotCache<usize, usize> = Mutex::new(Lru::new(4));
+        let loads = AtomicUsize::new(0);
+        let flaky = || match loads.fetch_add(1, Ordering::SeqCst) {
+            0 => Err(Error::Invalid("timeout".into())),
+            _ => Ok(7),
+        };
+        assert!(cached(&cache, 1, flaky).is_err());
+        assert_eq!(*cached(&cache, 1, flaky).unwrap(), 7, "loaded anew");
+        assert_eq!(*cached(&cache, 1, flaky).unwrap(), 7, "and kept");
+        assert_eq!(loads.load(Ordering::SeqCst), 2);
     }
 }
