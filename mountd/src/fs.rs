@@ -584,13 +584,45 @@ impl StrataFs {
     }
 
     /// The mtime of a synthetic directory: it changes when its listing does
-    /// (see synthetic_listing.rs). One that cannot be listed now keeps the
+    /// (see synthetic_listing.rs). `gens/` and `history/…` follow the set's
+    /// index: their stamp is its record names (one listing of the index
+    /// directory, not a read of every record or generation, since a path
+    /// walk through them asks for these attributes), with the generations
+    /// this daemon holds for `gens/`. One that cannot be read now keeps the
     /// daemon's start time (its reading will report the error).
     fn listing_mtime(&self, node: &Node) -> SystemTime {
-        match self.listing(node) {
-            Ok(items) => synthetic_listing::mtime(self.started, &items),
-            Err(_) => self.started,
+        let stamped = match node {
+            Node::Gens(set) => self.index_stamp(set, true),
+            Node::History { set, .. } | Node::Versions { set, .. } => self.index_stamp(set, false),
+            _ => self
+                .listing(node)
+                .map(|items| synthetic_listing::mtime(self.started, &items)),
+        };
+        stamped.unwrap_or(self.started)
+    }
+
+    /// The stamp of the record names of `set`'s index, and of the
+    /// generations of `set` this daemon holds if `held`.
+    fn index_stamp(&self, set: &str, held: bool) -> Reply<SystemTime> {
+        let storage = self.gens.store().storage();
+        let mut names = storage
+            .list(&keys::index_dir(set))
+            .map_err(|e| errno(&e, &format!("list the index of set={set}")))?;
+        names.sort();
+        let mut parts: Vec<Vec<u8>> = names.into_iter().map(String::into_bytes).collect();
+        if held {
+            let mut gens: Vec<u64> = self
+                .gens
+                .held_views()
+                .into_iter()
+                .filter(|(s, _, _)| s == set)
+                .map(|(_, g, _)| g)
+                .collect();
+            gens.sort();
+            parts.push(b"held".to_vec());
+            parts.extend(gens.iter().map(|g| g.to_le_bytes().to_vec()));
         }
+        Ok(synthetic_listing::stamp(self.started, parts))
     }
 
     /// `history/<path>` for `path` of the latest generation: a directory

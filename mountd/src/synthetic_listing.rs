@@ -9,7 +9,11 @@
 //! FUSE_AUTO_INVAL_DATA, so the attributes are fetched again first once
 //! they have expired). A synthetic directory's mtime is the
 //! daemon's start time with a fingerprint of what it lists in the
-//! nanoseconds ([`mtime`]), so a listing that changed is fetched again
+//! nanoseconds ([`mtime`]; for the directories that follow a set's index,
+//! `gens/` and `history/…`, a fingerprint of the index's record names,
+//! which change whenever those listings can: [`stamp`]), so that reading
+//! the attributes stays cheap where a path walk passes, and a listing that
+//! changed is fetched again
 //! within the attributes' TTL, and one that did not is served by the kernel
 //! alone. The refresher also drops `gens/` attributes the moment it sees a
 //! new latest generation or a retirement, so that listing follows at once.
@@ -41,12 +45,24 @@ pub(crate) struct DirItem {
 /// The mtime of a synthetic directory listing `items`: `base` (whole
 /// seconds kept) with a fingerprint of the listing as its nanoseconds.
 pub(crate) fn mtime(base: SystemTime, items: &[DirItem]) -> SystemTime {
+    stamp(
+        base,
+        items.iter().map(|item| {
+            let mut part = ino_of(&item.node).to_le_bytes().to_vec();
+            part.push(item.kind as u8);
+            part.extend_from_slice(item.name.as_bytes());
+            part
+        }),
+    )
+}
+
+/// `base` (whole seconds kept) with a fingerprint of `parts` (in order) as
+/// its nanoseconds.
+pub(crate) fn stamp(base: SystemTime, parts: impl IntoIterator<Item = Vec<u8>>) -> SystemTime {
     let mut h = blake3::Hasher::new();
-    for item in items {
-        h.update(&ino_of(&item.node).to_le_bytes());
-        h.update(&[item.kind as u8]);
-        h.update(&(item.name.len() as u64).to_le_bytes());
-        h.update(item.name.as_bytes());
+    for part in parts {
+        h.update(&(part.len() as u64).to_le_bytes());
+        h.update(&part);
     }
     let mut first = [0u8; 4];
     first.copy_from_slice(&h.finalize().as_bytes()[..4]);
@@ -151,5 +167,10 @@ mod tests {
         assert_ne!(ab, mtime(base, &sets(&["a"])));
         let secs = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
         assert_eq!(secs(ab), 1_700_000_000);
+        let names = |n: &[&str]| n.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+        let one = stamp(base, names(&["1.1", "2.1"]));
+        assert_eq!(one, stamp(base, names(&["1.1", "2.1"])));
+        assert_ne!(one, stamp(base, names(&["1.1", "2.1", "3.1"])));
+        assert_ne!(one, stamp(base, names(&["1.1", "2.2"])));
     }
 }
