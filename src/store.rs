@@ -92,6 +92,18 @@ impl Store {
         self
     }
 
+    /// The same store as a newly started process sees it: no segment is
+    /// counted as checked. A long-lived process whose every job must read
+    /// the store as a fresh process would (the daemon's sweep helper) takes
+    /// one per job.
+    pub fn reopened(&self) -> Store {
+        Store {
+            storage: self.storage.clone(),
+            failpoints: self.failpoints.clone(),
+            verified_segments: Arc::default(),
+        }
+    }
+
     /// Run `read` of the object at `key`; when it finds the bytes corrupt
     /// and they came from a local copy of a remote object, drop the copy
     /// and run it once more against the store itself.

@@ -594,6 +594,60 @@ fn a_background_sweep_runs_in_process_only() {
     assert!(report["marked"].as_u64() > Some(0), "{report}");
 }
 
+/// `strata sweep --serve` (the mount daemon's helper) answers one JSON
+/// line per request line, errors included, and ends when its input does.
+#[test]
+fn a_serving_sweeper_answers_each_request_and_ends_with_its_input() {
+    use std::io::{BufRead, BufReader, Write};
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st, store) = many_generations(t.path());
+    let mut helper = Command::new(bin())
+        .arg("--store")
+        .arg(&st)
+        .args(["sweep", "--in-process", "--serve"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = helper.stdin.take().unwrap();
+    let mut output = BufReader::new(helper.stdout.take().unwrap());
+    let mut ask = |line: &str| -> serde_json::Value {
+        writeln!(input, "{line}").unwrap();
+        let mut answer = String::new();
+        output.read_line(&mut answer).unwrap();
+        serde_json::from_str(&answer).unwrap()
+    };
+    let bad = ask("{\"grace\": 0}");
+    assert_eq!(bad["ok"], false, "{bad}");
+    assert!(bad["error"]
+        .as_str()
+        .unwrap()
+        .contains("unreadable sweep request"));
+    let plan = ask("{\"grace_ms\": 0, \"dry_run\": true}");
+    assert_eq!(plan["report"]["dry_run"], true, "{plan}");
+    let first = ask("{\"grace_ms\": 0}");
+    let second = ask("{\"grace_ms\": 0}");
+    assert!(
+        second["report"]["deleted"]["count"].as_u64() > Some(0),
+        "{second}"
+    );
+    assert!(second["report"]["epoch"].as_u64() > first["report"]["epoch"].as_u64());
+    let latest = strata::compose::GenView::open(&store, "s", None, "t")
+        .unwrap()
+        .top()
+        .manifest_name
+        .clone();
+    std::fs::write(st.join(format!("manifests/{latest}.json")), b"{garbage").unwrap();
+    let failed = ask("{\"grace_ms\": 0}");
+    assert_eq!(failed["ok"], false, "{failed}");
+    assert!(
+        failed["error"].as_str().unwrap().contains(&latest),
+        "{failed}"
+    );
+    drop(input);
+    assert!(helper.wait().unwrap().success());
+}
+
 #[test]
 fn keep_within_keeps_recent_generations_only() {
     let t = tempfile::tempdir().unwrap();

@@ -3,23 +3,28 @@
 //! the last outcome for `status`; the store's sweeper lease keeps them one
 //! at a time.
 //!
-//! Each sweep runs in a child process, `strata sweep --in-process
-//! --background --json`: in a session of its own whose scheduling
-//! autogroup is at nice 19. The child is started with posix_spawn (no
-//! `pre_exec` hook), so the daemon's address space is never forked: a fork
-//! would copy its page tables under the memory-map lock the FUSE threads
-//! need. In the daemon itself a full sweep of a 1M-object store took the
-//! FUSE threads' CPU and process-wide resources (its allocations, its
-//! kernel work) and doubled stat and quadrupled cat p99 on the mount; in
-//! its own low-weight autogroup it leaves stat p99 where it was
-//! (docs/BENCHMARKS.md). The
-//! child's report is the daemon's answer; its failure, with the child's
-//! message, is the daemon's error. The daemon's memory does not grow with
-//! the store it sweeps.
+//! Sweeps run in a helper process, `strata sweep --serve`, started at the
+//! first sweep and kept: one JSON request line to its stdin per sweep, one
+//! answer line back. It lives in a session of its own whose scheduling
+//! autogroup is at nice 19, and ends when its stdin closes (the daemon
+//! stopped or died). It is started with posix_spawn (no `pre_exec` hook),
+//! so the daemon's address space is never forked: a fork would copy its
+//! page tables under the memory-map lock the FUSE threads need. In the
+//! daemon itself a full sweep of a 1M-object store took the FUSE threads'
+//! CPU and process-wide resources (its allocations, its kernel work) and
+//! doubled stat and quadrupled cat p99 on the mount; in its own low-weight
+//! autogroup it leaves stat p99 where it was. A process started per sweep
+//! cost more than the sweep: back to back, the starts alone took the
+//! mount's cat p99 from 0.37 to 1.79 ms (docs/BENCHMARKS.md, "Sweep").
+//! The helper's answer is the daemon's; its error, with the sweep's own
+//! message, is the daemon's error; a helper that died is started again at
+//! the next sweep. The daemon's memory does not grow with the store it
+//! sweeps.
 
 use serde_json::{json, Value};
 use std::ffi::OsString;
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -28,12 +33,13 @@ use strata::sweep::SweepReport;
 use tracing::{info, warn};
 
 /// The outcome of the daemon's latest sweep (scheduled or requested), the
-/// grace its sweeps use unless a request names one, and how a child opens
-/// the store.
+/// grace its sweeps use unless a request names one, how the helper opens
+/// the store, and the helper once started.
 pub(crate) struct LastSweep {
     last: Mutex<Option<Value>>,
     pub(crate) grace: Duration,
     store_args: Vec<OsString>,
+    helper: Mutex<Option<Helper>>,
 }
 
 impl LastSweep {
@@ -42,6 +48,7 @@ impl LastSweep {
             last: Mutex::new(None),
             grace,
             store_args,
+            helper: Mutex::new(None),
         }
     }
 
@@ -57,7 +64,7 @@ impl LastSweep {
         *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(v);
     }
 
-    /// Run one sweep (in a child) and remember how it went.
+    /// Run one sweep (in the helper) and remember how it went.
     pub(crate) fn run(
         &self,
         grace: Duration,
@@ -65,7 +72,9 @@ impl LastSweep {
         recount: bool,
     ) -> Result<SweepReport, String> {
         let at = strata::token::now_ns();
-        let outcome = run_child(&self.store_args, grace, dry_run, recount);
+        let job = json!({ "grace_ms": grace.as_millis() as u64, "dry_run": dry_run,
+            "recount": recount });
+        let outcome = self.ask_helper(&job);
         if !dry_run {
             self.set(match &outcome {
                 Ok(r) => json!({ "at_ns": at, "epoch": r.epoch, "deleted": r.deleted,
@@ -77,37 +86,96 @@ impl LastSweep {
     }
 }
 
-fn run_child(
-    store_args: &[OsString],
-    grace: Duration,
-    dry_run: bool,
-    recount: bool,
-) -> Result<SweepReport, String> {
-    let bin = strata::sibling_binary("strata");
-    let mut cmd = Command::new(&bin);
-    cmd.args(store_args)
-        .args(["sweep", "--in-process", "--background", "--json", "--grace"])
-        .arg(format!("{}ms", grace.as_millis()))
-        .stdin(Stdio::null());
-    if dry_run {
-        cmd.arg("--dry-run");
+impl LastSweep {
+    /// Send `job` to the helper (started first if there is none or it
+    /// ended) and read its answer. A helper that fails to answer is let go,
+    /// and the next sweep starts another.
+    fn ask_helper(&self, job: &Value) -> Result<SweepReport, String> {
+        let mut slot = self.helper.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_mut().is_some_and(|h| !h.alive()) {
+            *slot = None;
+        }
+        let helper = match slot.as_mut() {
+            Some(h) => h,
+            None => slot.insert(Helper::start(&self.store_args)?),
+        };
+        let answer = helper.ask(job);
+        if answer.is_err() {
+            *slot = None;
+        }
+        let answer = answer?;
+        match answer["ok"].as_bool() {
+            Some(true) => serde_json::from_value(answer["report"].clone())
+                .map_err(|e| format!("unreadable report from the sweep helper: {e}")),
+            _ => Err(answer["error"]
+                .as_str()
+                .unwrap_or("the sweep helper failed without saying why")
+                .to_string()),
+        }
     }
-    if recount {
-        cmd.arg("--recount");
+}
+
+/// The running `strata sweep --serve` process and its pipes. Dropping it
+/// stops the process (only ever done between sweeps).
+struct Helper {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Helper {
+    fn start(store_args: &[OsString]) -> Result<Helper, String> {
+        let bin = strata::sibling_binary("strata");
+        let mut child = Command::new(&bin)
+            .args(store_args)
+            .args(["sweep", "--in-process", "--serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run `{}` to sweep: {e}", bin.display()))?;
+        let (Some(input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("the sweep helper started without its pipes".into());
+        };
+        info!("sweep helper started: pid {}", child.id());
+        Ok(Helper {
+            child,
+            input,
+            output: BufReader::new(output),
+        })
     }
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot run `{}` to sweep: {e}", bin.display()))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let err = err.trim();
-        return Err(match err.strip_prefix("strata: error: ") {
-            Some(msg) => msg.to_string(),
-            None => format!("`{} sweep` failed ({}): {err}", bin.display(), out.status),
-        });
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
-    serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("unreadable report from `{} sweep`: {e}", bin.display()))
+
+    fn ask(&mut self, job: &Value) -> Result<Value, String> {
+        let pid = self.child.id();
+        let mut line = String::new();
+        writeln!(self.input, "{job}")
+            .and_then(|()| self.input.flush())
+            .and_then(|()| self.output.read_line(&mut line))
+            .map_err(|e| format!("the sweep helper (pid {pid}) did not answer: {e}"))?;
+        if line.is_empty() {
+            let status = self
+                .child
+                .wait()
+                .map_or_else(|e| e.to_string(), |s| s.to_string());
+            return Err(format!(
+                "the sweep helper (pid {pid}) ended during the sweep ({status})"
+            ));
+        }
+        serde_json::from_str(&line)
+            .map_err(|e| format!("unreadable answer from the sweep helper (pid {pid}): {e}"))
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Sweep every `every` until the returned sender is dropped.

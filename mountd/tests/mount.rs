@@ -1654,7 +1654,79 @@ fn the_daemon_sweeps_on_its_schedule_and_reports_it() {
     assert_eq!(retired, 2, "retention ran in the scheduled sweeps");
 }
 
-/// The daemon's sweeps run in a `strata sweep` child: its typed refusal is
+/// The pids of the sweep helpers (`strata sweep --serve`) of the store `st`
+/// that still run (a zombie has ended).
+fn sweep_helpers(st: &Path) -> Vec<i32> {
+    let store = st.to_string_lossy().into_owned();
+    let mut pids = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let args = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<String> = args
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let zombie = fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        });
+        if args.contains(&"--serve".to_string()) && args.contains(&store) && !zombie {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// One helper process serves the daemon's sweeps; one killed between
+/// sweeps is replaced at the next sweep, and the helper ends with the
+/// daemon.
+#[test]
+fn one_helper_serves_the_daemons_sweeps_and_is_replaced_when_killed() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    write(&src, "f.txt", b"content");
+    commit_base(&store, &src);
+    let m = Mount::start_with(&st, &mnt, &["--sweep-every-s", "0"]);
+    let sock = control_socket(&st);
+    let sweep = || {
+        let r = exchange(
+            &sock,
+            b"{\"version\":1,\"command\":\"sweep\",\"grace_ms\":0}\n",
+        );
+        assert_eq!(r[0]["ok"], true, "{}", r[0]);
+    };
+    assert!(sweep_helpers(&st).is_empty(), "started at the first sweep");
+    sweep();
+    let first = sweep_helpers(&st);
+    assert_eq!(first.len(), 1, "{first:?}");
+    sweep();
+    sweep();
+    assert_eq!(sweep_helpers(&st), first, "the same helper serves on");
+    // SAFETY: signalling the helper this test's daemon started.
+    unsafe { libc::kill(first[0], libc::SIGKILL) };
+    wait_for("the helper to die", || sweep_helpers(&st).is_empty());
+    sweep();
+    let second = sweep_helpers(&st);
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_ne!(second, first, "a new helper");
+    assert_eq!(status(&st)["last_sweep"]["error"], serde_json::Value::Null);
+    m.signal(libc::SIGKILL);
+    wait_for("the helper to end with the daemon", || {
+        sweep_helpers(&st).is_empty()
+    });
+}
+
+/// The daemon's sweeps run in a `strata sweep` helper: its typed refusal is
 /// the daemon's answer and its last outcome, and the daemon keeps serving.
 #[test]
 fn a_failed_daemon_sweep_answers_the_sweeps_own_error() {

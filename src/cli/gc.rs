@@ -3,6 +3,8 @@
 
 use super::{print_json, render, JsonArg};
 use clap::Args;
+use serde::Deserialize;
+use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
 use strata::control;
@@ -54,9 +56,25 @@ pub(crate) struct SweepArgs {
     /// terminal's Ctrl-C no longer reaches it)
     #[arg(long, requires = "in_process")]
     background: bool,
+    /// For the mount daemon: serve sweeps until stdin closes, in the
+    /// background as --background does; one JSON request per line in
+    /// (`grace_ms`, `dry_run`, `recount`), one JSON answer per line out
+    #[arg(long, hide = true, requires = "in_process",
+        conflicts_with_all = ["dry_run", "grace", "recount", "json"])]
+    serve: bool,
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
+}
+
+/// One request to `strata sweep --serve`.
+#[derive(Deserialize)]
+struct SweepJob {
+    grace_ms: u64,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    recount: bool,
 }
 
 /// `90s`, `15m`, `12h`, `7d`, `2w`, or plain seconds.
@@ -116,6 +134,9 @@ fn list_or_none(items: &[String]) -> String {
 }
 
 pub(crate) fn sweep(store: &Store, root: &Path, a: SweepArgs) -> Result<i32> {
+    if a.serve {
+        return serve(store);
+    }
     let grace = a.grace.unwrap_or(strata::sweep::DEFAULT_GRACE);
     let report = run_sweep(store, root, grace, &a)?;
     if a.json {
@@ -148,6 +169,44 @@ fn run_sweep(store: &Store, root: &Path, grace: Duration, a: &SweepArgs) -> Resu
     }
     strata::sweep::yield_cpu();
     strata::sweep::sweep(store, &opts)
+}
+
+/// Serve the mount daemon's sweeps, one per request line, each on the
+/// store as a fresh process opens it, so that one process does the work
+/// a process per sweep did without starting one every time (a process
+/// start per sweep, back to back, cost the mount's cat p99 more than the
+/// sweeps themselves: docs/BENCHMARKS.md, "Sweep"). Ends when stdin closes,
+/// as it does when the daemon goes.
+fn serve(store: &Store) -> Result<i32> {
+    strata::sweep::background_process();
+    strata::sweep::yield_cpu();
+    let holder = format!("strata sweep --serve pid={}", std::process::id());
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.map_err(|e| Error::io("read a sweep request", "stdin", e))?;
+        let answer = match serde_json::from_str::<SweepJob>(&line) {
+            Ok(job) => serve_one(store, &holder, job),
+            Err(e) => serde_json::json!({"ok": false,
+                "error": format!("unreadable sweep request: {e}")}),
+        };
+        writeln!(out, "{answer}")
+            .and_then(|()| out.flush())
+            .map_err(|e| Error::io("answer a sweep request", "stdout", e))?;
+    }
+    Ok(0)
+}
+
+fn serve_one(store: &Store, holder: &str, job: SweepJob) -> serde_json::Value {
+    let opts = SweepOptions {
+        grace: Duration::from_millis(job.grace_ms),
+        dry_run: job.dry_run,
+        holder: holder.to_string(),
+        recount: job.recount,
+    };
+    match strata::sweep::sweep(&store.reopened(), &opts) {
+        Ok(report) => serde_json::json!({"ok": true, "report": report}),
+        Err(e) => serde_json::json!({"ok": false, "error": strata::cli_chain(&e)}),
+    }
 }
 
 fn tally(t: strata::sweep::Tally) -> String {
