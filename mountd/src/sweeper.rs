@@ -84,9 +84,7 @@ impl LastSweep {
         }
         outcome
     }
-}
 
-impl LastSweep {
     /// Send `job` to the helper (started first if there is none or it
     /// ended) and read its answer. A helper that fails to answer is let go,
     /// and the next sweep starts another.

@@ -1654,8 +1654,18 @@ fn the_daemon_sweeps_on_its_schedule_and_reports_it() {
     assert_eq!(retired, 2, "retention ran in the scheduled sweeps");
 }
 
+/// Whether process `pid` has ended (gone, or a zombie its parent has not
+/// reaped yet).
+fn ended(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    })
+}
+
 /// The pids of the sweep helpers (`strata sweep --serve`) of the store `st`
-/// that still run (a zombie has ended).
+/// that run.
 fn sweep_helpers(st: &Path) -> Vec<i32> {
     let store = st.to_string_lossy().into_owned();
     let mut pids = Vec::new();
@@ -1668,14 +1678,7 @@ fn sweep_helpers(st: &Path) -> Vec<i32> {
             .split(|&b| b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        let zombie = fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
-            s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        });
-        if args.contains(&"--serve".to_string()) && args.contains(&store) && !zombie {
+        if args.contains(&"--serve".to_string()) && args.contains(&store) && !ended(pid) {
             pids.push(pid);
         }
     }
@@ -1714,16 +1717,14 @@ fn one_helper_serves_the_daemons_sweeps_and_is_replaced_when_killed() {
     assert_eq!(sweep_helpers(&st), first, "the same helper serves on");
     // SAFETY: signalling the helper this test's daemon started.
     unsafe { libc::kill(first[0], libc::SIGKILL) };
-    wait_for("the helper to die", || sweep_helpers(&st).is_empty());
+    wait_for("the helper to die", || ended(first[0]));
     sweep();
     let second = sweep_helpers(&st);
     assert_eq!(second.len(), 1, "{second:?}");
     assert_ne!(second, first, "a new helper");
     assert_eq!(status(&st)["last_sweep"]["error"], serde_json::Value::Null);
     m.signal(libc::SIGKILL);
-    wait_for("the helper to end with the daemon", || {
-        sweep_helpers(&st).is_empty()
-    });
+    wait_for("the helper to end with the daemon", || ended(second[0]));
 }
 
 /// The daemon's sweeps run in a `strata sweep` helper: its typed refusal is
