@@ -75,8 +75,9 @@ timed() {
 }
 
 # daemon_sweeps SECONDS [--recount]: sweep back to back through the mount
-# daemon (its control socket; it runs each sweep as its schedule does, in a
-# child `strata sweep --in-process --background`), printing the count.
+# daemon (its control socket; it runs each sweep as its schedule does, in
+# its kept helper process `strata sweep --in-process --serve`), printing the
+# count.
 # --recount makes each one a full sweep of this store (every reachable
 # row read again for pack live ratios); without it they are the quiet
 # sweeps of a daemon whose store did not change.
