@@ -555,17 +555,24 @@ fn packs_rewritten_by_materialization_are_swept_once_unreachable() {
     ok(&strata(&st, &["verify", "--all"], None));
 }
 
-#[test]
-fn an_unreadable_root_makes_the_sweep_delete_nothing_and_say_why() {
-    let t = tempfile::tempdir().unwrap();
-    let (_src, st, store) = many_generations(t.path());
-    sweep_json(&st);
-    let latest = strata::compose::GenView::open(&store, "s", None, "t")
+/// Overwrite the manifest of set `s`'s latest generation with garbage (an
+/// unreadable root); returns its name.
+fn garble_latest_manifest(store: &Store, st: &Path) -> String {
+    let latest = strata::compose::GenView::open(store, "s", None, "t")
         .unwrap()
         .top()
         .manifest_name
         .clone();
     std::fs::write(st.join(format!("manifests/{latest}.json")), b"{garbage").unwrap();
+    latest
+}
+
+#[test]
+fn an_unreadable_root_makes_the_sweep_delete_nothing_and_say_why() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st, store) = many_generations(t.path());
+    sweep_json(&st);
+    let latest = garble_latest_manifest(&store, &st);
     let before = object_bytes(&st);
     let out = strata(&st, &["sweep", "--grace", "0s"], None);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -632,12 +639,7 @@ fn a_serving_sweeper_answers_each_request_and_ends_with_its_input() {
         "{second}"
     );
     assert!(second["report"]["epoch"].as_u64() > first["report"]["epoch"].as_u64());
-    let latest = strata::compose::GenView::open(&store, "s", None, "t")
-        .unwrap()
-        .top()
-        .manifest_name
-        .clone();
-    std::fs::write(st.join(format!("manifests/{latest}.json")), b"{garbage").unwrap();
+    let latest = garble_latest_manifest(&store, &st);
     let failed = ask("{\"grace_ms\": 0}");
     assert_eq!(failed["ok"], false, "{failed}");
     assert!(
