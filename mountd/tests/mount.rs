@@ -1277,10 +1277,7 @@ fn a_user_mounts_unmounts_and_recovers_a_mount_of_their_own() {
         .unwrap_or_else(|| panic!("no daemon pid in {out:?}"));
     // SAFETY: signalling the daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    wait_for("the daemon to die", || {
-        fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_or(true, |s| s.split(' ').nth(2) == Some("Z"))
-    });
+    wait_for("the daemon to die", || ended(pid));
     // A fresh mount by the same user detaches what the killed daemon left
     // (fusectl needs root, so the connection is not aborted) and serves.
     let (_, err) = strata(&["mount", point]);
