@@ -100,7 +100,7 @@ fn fetch_frame(store: &Store, row: &Row) -> Result<(Vec<u8>, Codec, String)> {
         return Err(Error::Invalid("not a packed file".into()));
     };
     let name = hex::encode(pack);
-    if row.size >= crate::commit::STANDALONE_MIN || len > row.size {
+    if row.size >= crate::format::pack::STANDALONE_MIN || len > row.size {
         return Err(Error::corrupt(
             "row",
             &name,

@@ -12,9 +12,11 @@
 //! staging goes with it). ENOSPC that strikes anyway (another process
 //! filled the disk) fails the same way.
 
+use crate::cas::pointer::{self, Counted};
+use crate::cas::versioned;
 use crate::error::{Error, Result};
 use crate::format::parse_versioned;
-use crate::storage::CasOutcome;
+use crate::store::keys;
 use crate::Store;
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
@@ -22,7 +24,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-const BUDGET_KEY: &str = "budget.json";
 const BUDGET_TAG: &str = "strata-budget";
 const BUDGET_VERSION: u32 = 1;
 /// Default floor: keep 1% of the filesystem free.
@@ -68,40 +69,59 @@ pub fn load(store: &Store) -> Result<Budget> {
 }
 
 fn read(store: &Store) -> Result<Option<(BudgetRecord, Vec<u8>)>> {
-    let bytes = match store.storage().get(BUDGET_KEY, 64 << 10) {
-        Ok(b) => b,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(bytes) = versioned::try_get(store, keys::BUDGET, 64 << 10)? else {
+        return Ok(None);
     };
     let r: BudgetRecord =
-        parse_versioned("budget", BUDGET_KEY, BUDGET_TAG, BUDGET_VERSION, &bytes)?;
+        parse_versioned("budget", keys::BUDGET, BUDGET_TAG, BUDGET_VERSION, &bytes)?;
     Ok(Some((r, bytes)))
 }
 
-/// Store `budget` (replacing the current one by CAS).
-pub fn set(store: &Store, budget: Budget) -> Result<()> {
-    if !(0.0..=50.0).contains(&budget.min_free_percent) {
-        return Err(Error::Invalid(format!(
-            "min-free percent must be between 0 and 50: got={}",
-            budget.min_free_percent
-        )));
+impl Counted for BudgetRecord {
+    fn counter(&self) -> u64 {
+        self.counter
     }
-    let current = read(store)?;
-    let record = BudgetRecord {
-        tag: BUDGET_TAG.into(),
-        version: BUDGET_VERSION,
-        budget,
-        counter: current.as_ref().map_or(0, |(r, _)| r.counter) + 1,
-        nonce: crate::token::new_token(),
-    };
-    let current = current.map(|(_, bytes)| bytes);
-    let new = serde_json::to_vec_pretty(&record).map_err(|e| Error::Internal(e.to_string()))?;
-    match store.storage().cas(BUDGET_KEY, current.as_deref(), &new)? {
-        CasOutcome::Swapped => Ok(()),
-        CasOutcome::Mismatch { .. } => Err(Error::Conflict(
-            "the budget changed meanwhile; read it again".into(),
-        )),
+}
+
+/// Change the store's budget by CAS: `change` turns the current budget
+/// (the default when none was set) into the new one, and runs again on the
+/// newer budget when another writer changed it meanwhile. Returns the
+/// budget stored.
+pub fn update(store: &Store, change: impl Fn(Budget) -> Result<Budget>) -> Result<Budget> {
+    let mut stored = Budget::default();
+    pointer::update(
+        store,
+        keys::BUDGET,
+        "budget",
+        || read(store),
+        |current, stamp| {
+            stored = change(current.map_or_else(Budget::default, |r| r.budget))?;
+            invariant_floor_in_range(&stored)?;
+            let record = BudgetRecord {
+                tag: BUDGET_TAG.into(),
+                version: BUDGET_VERSION,
+                budget: stored,
+                counter: stamp.counter,
+                nonce: stamp.nonce,
+            };
+            let body =
+                serde_json::to_vec_pretty(&record).map_err(|e| Error::Internal(e.to_string()))?;
+            Ok(Some(body))
+        },
+    )?;
+    Ok(stored)
+}
+
+/// Protects admission from a floor that would refuse everything or nothing:
+/// the free-space percent stays within 0..=50.
+fn invariant_floor_in_range(budget: &Budget) -> Result<()> {
+    if (0.0..=50.0).contains(&budget.min_free_percent) {
+        return Ok(());
     }
+    Err(Error::Invalid(format!(
+        "min-free percent must be between 0 and 50: got={}",
+        budget.min_free_percent
+    )))
 }
 
 /// Free and total bytes of the filesystem holding `dir`.

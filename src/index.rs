@@ -7,15 +7,19 @@
 //! generation, found by probing forward from the hint pointer; the hint is
 //! advanced by pointer CAS after the commit and never decides anything.
 
+use crate::cas::pointer::{self, Counted};
+use crate::cas::versioned;
 use crate::error::{Error, Result};
 use crate::format::pointer::{LatestPointer, MAX_POINTER_BYTES, POINTER_TAG, POINTER_VERSION};
 use crate::format::record::{IndexRecord, RepRecord, State, MAX_RECORD_BYTES};
-use crate::storage::{CasOutcome, PutOutcome};
 use crate::store::{keys, Store};
 use std::collections::BTreeMap;
 
-/// How many times the hint CAS is retried against concurrent hint writers.
-const HINT_RETRIES: usize = 16;
+impl Counted for LatestPointer {
+    fn counter(&self) -> u64 {
+        self.counter
+    }
+}
 
 /// Reads and writes the index of one set.
 #[derive(Debug, Clone)]
@@ -37,17 +41,12 @@ impl GenIndex {
     }
 
     fn try_record(&self, generation: u64, record: u32) -> Result<Option<IndexRecord>> {
-        let key = IndexRecord::key(&self.set, generation, record);
-        match self.store.storage().get(&key, MAX_RECORD_BYTES) {
-            Ok(bytes) => Ok(Some(self.check(
-                IndexRecord::decode(&key, &bytes)?,
-                generation,
-                record,
-                &key,
-            )?)),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        let key = keys::index_record(&self.set, generation, record);
+        let Some(bytes) = versioned::try_get(&self.store, &key, MAX_RECORD_BYTES)? else {
+            return Ok(None);
+        };
+        let r = IndexRecord::decode(&key, &bytes)?;
+        self.check(r, generation, record, &key).map(Some)
     }
 
     fn check(
@@ -69,13 +68,7 @@ impl GenIndex {
 
     /// Newest record of `generation`, probing versions upward.
     pub fn newest(&self, generation: u64) -> Result<Option<IndexRecord>> {
-        let mut found = None;
-        let mut v = 1;
-        while let Some(r) = self.try_record(generation, v)? {
-            found = Some(r);
-            v += 1;
-        }
-        Ok(found)
+        versioned::newest(|v| self.try_record(generation, v))
     }
 
     /// Newest record of a generation that must exist.
@@ -87,12 +80,11 @@ impl GenIndex {
     }
 
     fn hint(&self) -> Result<Option<(LatestPointer, Vec<u8>)>> {
-        let key = LatestPointer::key(&self.set);
-        match self.store.storage().get(&key, MAX_POINTER_BYTES) {
-            Ok(bytes) => Ok(Some((LatestPointer::decode(&key, &bytes)?, bytes))),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        let key = keys::latest(&self.set);
+        let Some(bytes) = versioned::try_get(&self.store, &key, MAX_POINTER_BYTES)? else {
+            return Ok(None);
+        };
+        Ok(Some((LatestPointer::decode(&key, &bytes)?, bytes)))
     }
 
     /// The authoritative latest COMMITTED generation, `None` for an empty set.
@@ -124,7 +116,7 @@ impl GenIndex {
         }
         let mut out = BTreeMap::new();
         for (g, v) in newest {
-            let key = IndexRecord::key(&self.set, g, v);
+            let key = keys::index_record(&self.set, g, v);
             let bytes = self.store.storage().get(&key, MAX_RECORD_BYTES)?;
             out.insert(
                 g,
@@ -136,18 +128,13 @@ impl GenIndex {
 
     /// Create `record` exclusively; losing the race is a conflict.
     fn create(&self, record: &IndexRecord) -> Result<()> {
-        let key = IndexRecord::key(&self.set, record.generation, record.record);
-        match self
-            .store
-            .storage()
-            .put_if_absent(&key, &record.encode()?)?
-        {
-            PutOutcome::Created => Ok(()),
-            PutOutcome::AlreadyExists => Err(Error::Conflict(format!(
+        let key = keys::index_record(&self.set, record.generation, record.record);
+        versioned::create(&self.store, &key, &record.encode()?, || {
+            format!(
                 "another writer created this index record first: set=`{}` generation={} record={}",
                 self.set, record.generation, record.record
-            ))),
-        }
+            )
+        })
     }
 
     /// Write `record` as the PREPARED record of its generation. A dead
@@ -245,35 +232,35 @@ impl GenIndex {
 
     /// Advance the hint to `generation` unless it already names a later one.
     pub fn advance_hint(&self, generation: u64) -> Result<()> {
-        let storage = self.store.storage();
-        let key = LatestPointer::key(&self.set);
-        for _ in 0..HINT_RETRIES {
-            let current = self.hint()?;
-            if current
-                .as_ref()
-                .is_some_and(|(p, _)| p.generation >= generation)
-            {
-                return Ok(());
-            }
-            let counter = current.as_ref().map(|(p, _)| p.counter + 1).unwrap_or(1);
-            let next = LatestPointer {
-                tag: POINTER_TAG.into(),
-                version: POINTER_VERSION,
-                set: self.set.clone(),
-                generation,
-                counter,
-                nonce: crate::token::new_token(),
-            };
-            let expected = current.as_ref().map(|(_, b)| b.as_slice());
-            if storage.cas(&key, expected, &next.encode()?)? == CasOutcome::Swapped {
-                return Ok(());
-            }
-        }
-        Err(Error::Conflict(format!(
-            "latest hint kept changing: set=`{}`",
-            self.set
-        )))
+        let key = keys::latest(&self.set);
+        pointer::update(
+            &self.store,
+            &key,
+            "latest hint",
+            || self.hint(),
+            |current, stamp| {
+                if !invariant_hint_moves_forward(current, generation) {
+                    return Ok(None);
+                }
+                let next = LatestPointer {
+                    tag: POINTER_TAG.into(),
+                    version: POINTER_VERSION,
+                    set: self.set.clone(),
+                    generation,
+                    counter: stamp.counter,
+                    nonce: stamp.nonce,
+                };
+                next.encode().map(Some)
+            },
+        )?;
+        Ok(())
     }
+}
+
+/// Protects readers' starting point: the hint only moves forward (a
+/// later generation's commit may have advanced it already).
+fn invariant_hint_moves_forward(current: Option<&LatestPointer>, generation: u64) -> bool {
+    current.is_none_or(|p| p.generation < generation)
 }
 
 /// Protects immutability of published generations: a generation that was

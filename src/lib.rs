@@ -5,6 +5,7 @@
 
 pub mod blob;
 pub mod budget;
+pub mod cas;
 pub mod commit;
 pub mod compose;
 pub mod control;
@@ -15,15 +16,18 @@ pub mod format;
 pub mod history;
 pub mod identity;
 pub mod index;
+pub mod liveness;
 pub mod materialize;
 pub mod mounttab;
-pub mod pieces;
+pub mod pack_writer;
 pub mod pin;
 pub mod publish;
+pub mod rep_writer;
 pub mod residue;
 pub mod retain;
 pub mod row;
 pub mod spill;
+pub mod staging;
 pub mod storage;
 pub mod store;
 pub mod sweep;

@@ -14,8 +14,8 @@
 //! COMMITTED representation (readers switch; the replaced one is RETIRED and
 //! stays readable for its pins) → release the task's pins → PUBLISHED.
 //!
-//! Packs whose live bytes in the generation are under [`REPACK_BELOW`] of
-//! their size are rewritten on the way: their live frames are copied
+//! Sparse packs (live bytes in the generation under
+//! [`crate::liveness::REPACK_BELOW`] of their frames) are rewritten on the way: their live frames are copied
 //! (verified) into new packs before the fold, and the folded rows point at
 //! the copies, so the old packs become unreachable once older
 //! representations are retired.
@@ -25,24 +25,25 @@
 //! attempt + 1, its staging removed. A takeover after OUTPUT_READY reuses the
 //! recorded, re-verified output instead of writing a second copy.
 
-use crate::commit::Staging;
 use crate::compose::{GenView, Representation};
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
-use crate::format::manifest::{Counts, FileRef, Manifest, RepKind, MANIFEST_TAG, MANIFEST_VERSION};
-use crate::format::pack::{PackWriter, PACK_TARGET_BYTES};
+use crate::format::manifest::RepKind;
 use crate::format::record::{IndexRecord, RepRecord, State};
-use crate::format::segment::SegmentWriter;
 use crate::identity::IdentityHasher;
 use crate::index::GenIndex;
-use crate::row::{BlobLoc, Kind, Row};
+use crate::liveness::FrameUse;
+use crate::pack_writer::RollingPacks;
+use crate::rep_writer::{store_manifest, RepHead, RepWriter};
+use crate::row::{BlobLoc, Row};
+use crate::staging::Staging;
 use crate::storage::fence;
 use crate::store::{keys, Store};
 use crate::task::{
     Bounds, SourceRep, Target, TaskRecord, TaskState, Tasks, MAX_ATTEMPTS, TASK_TAG, TASK_VERSION,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// Memory the fold may use (recorded in the plan; the fold itself holds one
@@ -50,8 +51,6 @@ use std::time::Duration;
 const FOLD_BUDGET: u64 = 64 << 20;
 /// How often a waiting caller re-reads a task someone else works on.
 const POLL: Duration = Duration::from_millis(200);
-/// Packs with less than this fraction of their bytes live are rewritten.
-pub const REPACK_BELOW: f64 = 0.5;
 /// Blobs relocated per task at most (bounds the relocation map).
 const REPACK_MAX_BLOBS: usize = 500_000;
 
@@ -412,8 +411,7 @@ fn remove_dead_staging(store: &Store, t: &TaskRecord) -> Result<()> {
             t.id
         )));
     }
-    store.storage().delete_dir(&format!("staging/{token}"))?;
-    store.storage().delete(&keys::staging_owner(token))
+    crate::staging::remove(store, token)
 }
 
 /// The claimed attempt from protection to PUBLISHED.
@@ -551,245 +549,108 @@ fn check_sources(store: &Store, t: &TaskRecord, view: &GenView) -> Result<()> {
     Ok(())
 }
 
-/// What the fold learns besides the rows it writes.
-#[derive(Default)]
-struct Folded {
-    counts: Counts,
-    packs: BTreeMap<String, ()>,
-    blobs: BTreeMap<String, u64>,
-}
-
-impl Folded {
-    fn add(&mut self, r: &Row) {
-        self.counts.rows += 1;
-        match r.kind {
-            Kind::File => {
-                self.counts.files += 1;
-                self.counts.bytes += r.size;
-            }
-            Kind::Dir => self.counts.dirs += 1,
-            Kind::Symlink => self.counts.symlinks += 1,
-            Kind::Tombstone => {}
-        }
-        match (r.blob, r.digest) {
-            (BlobLoc::Packed { pack, .. }, _) => {
-                self.packs.insert(hex::encode(pack), ());
-            }
-            (BlobLoc::Standalone, Some(d)) => {
-                self.blobs.insert(hex::encode(d), r.size);
-            }
-            _ => {}
-        }
-    }
-}
-
 /// Fold the view into a base in staging, move it to its final names and
 /// verify it; returns the manifest name and the rows written.
 fn fold(store: &Store, t: &TaskRecord, view: &GenView, staging: &Staging) -> Result<(String, u64)> {
     let relocated = repack(store, view, staging)?;
-    let dir = staging.dir.join("segments");
-    crate::storage::ensure_local_dir(&dir)?;
-    let mut writer = SegmentWriter::new(&dir)?;
-    let mut hasher = IdentityHasher::new();
-    let mut folded = Folded::default();
+    let mut writer = RepWriter::new(&staging.dir.join("segments"))?;
     let mut rows = view.rows()?;
     while let Some(mut r) = rows.next_row()? {
         if let Some(loc) = r.digest.and_then(|d| relocated.get(&d)) {
             r.blob = *loc;
         }
-        hasher.push(&r);
-        folded.add(&r);
-        writer.push(r)?;
+        writer.live(&r);
+        writer.write(r)?;
     }
-    let files = writer.finish()?;
+    let staged = writer.finish()?;
     store.failpoints().hit(Step::Folded)?;
-    let identity = hasher.finish();
-    if identity != view.pin.record.identity {
+    if staged.identity != view.pin.record.identity {
         return Err(Error::corrupt(
             "materialized rows",
             &t.id,
             "identity differs from the generation's",
         ));
     }
-    let segments = crate::publish::move_segments(store, &files)?;
-    let manifest = base_manifest(store, view, folded, segments, identity)?;
-    let (bytes, name) = manifest.encode()?;
-    store
-        .storage()
-        .put_if_absent(&keys::manifest(&name), &bytes)?;
+    let segments = staged.store_segments(store)?;
+    let manifest = staged.manifest(store, base_head(view), segments)?;
+    let name = store_manifest(store, &manifest)?;
     let rows = verify_output(store, &name, view)?;
     Ok((name, rows))
 }
 
-/// Live stored bytes per pack in the generation, and each pack's size.
-fn pack_liveness(view: &GenView) -> Result<Vec<([u8; 32], u64, u64)>> {
+/// The generation's sparse packs that rows still use: their live frames
+/// are rewritten (`crate::liveness`, the rule the sweep reports by).
+fn sparse_packs(store: &Store, view: &GenView) -> Result<HashSet<[u8; 32]>> {
     let reps = || std::iter::once(&view.base).chain(&view.delta);
     if reps().all(|rep| rep.manifest.packs.is_empty()) {
-        return Ok(Vec::new());
+        return Ok(HashSet::new());
     }
-    let mut live: HashMap<[u8; 32], u64> = HashMap::new();
-    let mut seen = HashSet::new();
+    let mut used = FrameUse::default();
     let mut rows = view.rows()?;
     while let Some(r) = rows.next_row()? {
-        if let (BlobLoc::Packed { pack, len, .. }, Some(d)) = (r.blob, r.digest) {
-            if seen.insert(d) {
-                *live.entry(pack).or_default() += len;
-            }
-        }
+        used.add(r.blob);
     }
-    let sizes = reps().flat_map(|rep| rep.manifest.packs.iter());
-    let mut out = Vec::new();
+    let mut sparse = HashSet::new();
     let mut listed = HashSet::new();
-    for p in sizes {
-        let Ok(bytes) = hex::decode(&p.name) else {
+    for p in reps().flat_map(|rep| rep.manifest.packs.iter()) {
+        let Some(name) = hex::decode(&p.name)
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        else {
             continue;
         };
-        let Ok(name) = <[u8; 32]>::try_from(bytes) else {
+        if !listed.insert(name) {
             continue;
-        };
-        if listed.insert(name) {
-            out.push((name, live.get(&name).copied().unwrap_or(0), p.size));
+        }
+        let pack = used.pack_use(store, name, p.size);
+        if pack.live > 0 && pack.is_sparse() {
+            sparse.insert(name);
         }
     }
-    Ok(out)
+    Ok(sparse)
 }
 
-/// Copy the live frames of mostly dead packs into new packs (verified on
-/// the way) and say where each relocated blob now lives.
+/// Copy the live frames of sparse packs into new packs (verified on the
+/// way) and say where each relocated blob now lives.
 fn repack(store: &Store, view: &GenView, staging: &Staging) -> Result<Relocated> {
-    let low: HashSet<[u8; 32]> = pack_liveness(view)?
-        .into_iter()
-        .filter(|(_, live, size)| *live > 0 && (*live as f64) < REPACK_BELOW * *size as f64)
-        .map(|(name, _, _)| name)
-        .collect();
+    let sparse = sparse_packs(store, view)?;
     let mut relocated = Relocated::new();
-    if low.is_empty() {
+    if sparse.is_empty() {
         return Ok(relocated);
     }
-    let mut out = Repacker::new(staging.dir.join("repack"))?;
+    let mut out = RollingPacks::new(store, &staging.dir.join("repack"))?;
     let mut rows = view.rows()?;
     while let Some(r) = rows.next_row()? {
         let (BlobLoc::Packed { pack, codec, .. }, Some(d)) = (r.blob, r.digest) else {
             continue;
         };
-        if !low.contains(&pack) || out.has(&d) || out.count() >= REPACK_MAX_BLOBS {
+        let seen = relocated.contains_key(&d) || out.pending(|p| *p == d);
+        if !sparse.contains(&pack)
+            || seen
+            || relocated.len() + out.pending_count() >= REPACK_MAX_BLOBS
+        {
             continue;
         }
         let frame = crate::blob::packed_frame(store, &r)?;
-        out.append(store, d, codec, r.size, &frame)?;
+        relocated.extend(out.append(d, d, codec, r.size, &frame)?);
     }
-    out.finish(store, &mut relocated)?;
+    relocated.extend(out.seal()?);
     Ok(relocated)
 }
 
-/// New packs being filled with relocated frames.
-struct Repacker {
-    dir: std::path::PathBuf,
-    pack: Option<PackWriter>,
-    /// Frames in the open pack: digest, offset, stored length, codec.
-    pending: Vec<([u8; 32], u64, u64, crate::row::Codec)>,
-    sealed: Relocated,
-}
-
-impl Repacker {
-    fn new(dir: std::path::PathBuf) -> Result<Repacker> {
-        crate::storage::ensure_local_dir(&dir)?;
-        Ok(Repacker {
-            dir,
-            pack: None,
-            pending: Vec::new(),
-            sealed: Relocated::new(),
-        })
-    }
-
-    fn has(&self, d: &[u8; 32]) -> bool {
-        self.sealed.contains_key(d) || self.pending.iter().any(|p| &p.0 == d)
-    }
-
-    fn count(&self) -> usize {
-        self.sealed.len() + self.pending.len()
-    }
-
-    fn append(
-        &mut self,
-        store: &Store,
-        d: [u8; 32],
-        codec: crate::row::Codec,
-        raw_len: u64,
-        frame: &[u8],
-    ) -> Result<()> {
-        if self.pack.is_none() {
-            self.pack = Some(PackWriter::create(&self.dir)?);
-        }
-        let pack = self.pack.as_mut().expect("created above");
-        let offset = pack.append(d, codec, raw_len, frame)?;
-        self.pending.push((d, offset, frame.len() as u64, codec));
-        if pack.len() >= PACK_TARGET_BYTES {
-            self.seal(store)?;
-        }
-        Ok(())
-    }
-
-    /// Seal the open pack into its final name and record its frames.
-    fn seal(&mut self, store: &Store) -> Result<()> {
-        let Some(pack) = self.pack.take() else {
-            return Ok(());
-        };
-        let sealed = pack.seal()?;
-        store
-            .storage()
-            .put_file_if_absent(&keys::pack(&sealed.name), &sealed.path)?;
-        for (d, offset, len, codec) in self.pending.drain(..) {
-            let loc = BlobLoc::Packed {
-                pack: sealed.digest,
-                offset,
-                len,
-                codec,
-            };
-            self.sealed.insert(d, loc);
-        }
-        Ok(())
-    }
-
-    fn finish(mut self, store: &Store, into: &mut Relocated) -> Result<()> {
-        self.seal(store)?;
-        into.extend(self.sealed);
-        Ok(())
-    }
-}
-
-fn base_manifest(
-    store: &Store,
-    view: &GenView,
-    folded: Folded,
-    segments: Vec<crate::format::manifest::SegmentRef>,
-    identity: String,
-) -> Result<Manifest> {
+/// The new base keeps the generation's bindings, instant and message.
+fn base_head(view: &GenView) -> RepHead {
     let top = &view.top().manifest;
-    let packs = crate::publish::pack_refs(store, folded.packs.keys())?;
-    let blobs = folded
-        .blobs
-        .into_iter()
-        .map(|(name, size)| FileRef { name, size })
-        .collect();
-    Ok(Manifest {
-        tag: MANIFEST_TAG.into(),
-        version: MANIFEST_VERSION,
+    RepHead {
         set: top.set.clone(),
         generation: top.generation,
         representation: RepKind::Base,
         base: None,
         parent: top.parent.clone(),
-        identity,
-        counts: folded.counts,
-        segments,
-        packs,
-        blobs,
-        created_ns: crate::token::now_ns(),
         observed_ns: top.observed_ns,
         message: top.message.clone(),
         journal: None,
-    })
+    }
 }
 
 /// Re-read an output representation: the manifest and every segment parse

@@ -235,12 +235,12 @@ struct PinRecord {
 /// Every pin marker of the store with its probed state.
 pub fn list(store: &Store) -> Result<Vec<PinInfo>> {
     let mut out = Vec::new();
-    for set in store.storage().list("pins")? {
+    for set in store.storage().list(keys::PINS)? {
         for name in store.storage().list(&keys::pin_dir(&set))? {
             if !name.ends_with(".pin") {
                 continue;
             }
-            let key = format!("{}/{name}", keys::pin_dir(&set));
+            let key = keys::pin(&set, &name);
             if let Some(info) = inspect(store, &key)? {
                 out.push(info);
             }

@@ -12,22 +12,17 @@ use crate::compose::{GenView, Representation};
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
 use crate::format::journal::JournalReader;
-use crate::format::manifest::MAX_MANIFEST_BYTES;
-use crate::format::manifest::{
-    BaseBinding, Counts, FileRef, Manifest, ParentBinding, RepKind, SegmentRef, MANIFEST_TAG,
-    MANIFEST_VERSION,
-};
+use crate::format::manifest::{BaseBinding, Counts, Manifest, ParentBinding, RepKind};
 use crate::format::record::{IndexRecord, RepRecord, State, RECORD_TAG, RECORD_VERSION};
-use crate::format::segment::{SegmentFile, SegmentWriter};
-use crate::identity::IdentityHasher;
 use crate::index::GenIndex;
-use crate::row::{BlobLoc, Kind, Row};
+use crate::rep_writer::{store_manifest, RepHead, RepWriter, StagedRep};
+use crate::row::{Kind, Row};
 use crate::spill::{SortBudget, Sorter};
 use crate::storage::fence;
 use crate::storage::Lease;
-use crate::store::{keys, Store};
+use crate::store::Store;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::iter::Peekable;
 use std::path::Path;
 
@@ -79,11 +74,7 @@ pub struct Published {
 /// Result of the merge: what changed and what was written to staging.
 struct Merged {
     stats: ChangeStats,
-    identity: String,
-    counts: Counts,
-    segments: Vec<SegmentFile>,
-    packs: BTreeMap<String, ()>,
-    blobs: BTreeMap<String, u64>,
+    rep: StagedRep,
 }
 
 /// The observation instant the new manifest records for the racy-timestamp
@@ -209,13 +200,9 @@ enum Next {
 /// Accumulates the merge's outputs.
 struct MergeState {
     kind: RepKind,
-    writer: SegmentWriter,
+    writer: RepWriter,
     stats: ChangeStats,
-    hasher: IdentityHasher,
-    counts: Counts,
     removed: HashSet<Vec<u8>>,
-    packs: BTreeMap<String, ()>,
-    blobs: BTreeMap<String, u64>,
 }
 
 impl MergeState {
@@ -230,34 +217,7 @@ impl MergeState {
     }
 
     fn write(&mut self, row: Row) -> Result<()> {
-        self.counts.rows += 1;
-        match row.blob {
-            BlobLoc::Packed { pack, .. } => {
-                self.packs.insert(hex::encode(pack), ());
-            }
-            BlobLoc::Standalone => {
-                self.blobs
-                    .insert(hex::encode(row.digest.unwrap_or_default()), row.size);
-            }
-            BlobLoc::None => {}
-        }
-        if row.kind == Kind::Tombstone {
-            self.counts.tombstones += 1;
-        }
-        self.writer.push(row)
-    }
-
-    fn live(&mut self, n: &Row) {
-        self.hasher.push(n);
-        match n.kind {
-            Kind::File => {
-                self.counts.files += 1;
-                self.counts.bytes += n.size;
-            }
-            Kind::Dir => self.counts.dirs += 1,
-            Kind::Symlink => self.counts.symlinks += 1,
-            Kind::Tombstone => {}
-        }
+        self.writer.write(row)
     }
 
     /// One key: base row `b`, parent delta row `pd`, journal row `j`.
@@ -342,7 +302,7 @@ impl MergeState {
             }
         };
         if let Some(n) = n {
-            self.live(n);
+            self.writer.live(n);
         }
     }
 }
@@ -352,17 +312,11 @@ fn merge(input: &PublishInput<'_>, kind: RepKind, journal: crate::spill::Sorted)
     let mut base = rep_rows(parent.map(|p| &p.base))?;
     let mut pdelta = rep_rows(parent.and_then(|p| p.delta.as_ref()))?;
     let mut jr = stream(journal);
-    let seg_dir = input.staging.join("segments");
-    crate::storage::ensure_local_dir(&seg_dir)?;
     let mut st = MergeState {
         kind,
-        writer: SegmentWriter::new(&seg_dir)?,
+        writer: RepWriter::new(&input.staging.join("segments"))?,
         stats: ChangeStats::default(),
-        hasher: IdentityHasher::new(),
-        counts: Counts::default(),
         removed: HashSet::new(),
-        packs: BTreeMap::new(),
-        blobs: BTreeMap::new(),
     };
     while let Some(i) = min_stream(&mut base, &mut pdelta, &mut jr)? {
         let (b, pd, j) = match i {
@@ -381,14 +335,9 @@ fn merge(input: &PublishInput<'_>, kind: RepKind, journal: crate::spill::Sorted)
         };
         st.step(b, pd, j)?;
     }
-    let segments = st.writer.finish()?;
     Ok(Merged {
         stats: st.stats,
-        identity: st.hasher.finish(),
-        counts: st.counts,
-        segments,
-        packs: st.packs,
-        blobs: st.blobs,
+        rep: st.writer.finish()?,
     })
 }
 
@@ -400,20 +349,12 @@ fn commit_merged(
 ) -> Result<Published> {
     let store = input.store;
     let fp = store.failpoints();
-    let segments = move_segments(store, &merged.segments)?;
+    let segments = merged.rep.store_segments(store)?;
     fp.hit(Step::SegmentsWritten)?;
-    let manifest = build_manifest(input, kind, &merged, segments, seal)?;
-    let (bytes, name) = manifest.encode()?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(Error::TooLarge {
-            what: "manifest of the new generation (too many standalone blobs for one manifest)",
-            size: bytes.len() as u64,
-            limit: MAX_MANIFEST_BYTES,
-        });
-    }
-    store
-        .storage()
-        .put_if_absent(&keys::manifest(&name), &bytes)?;
+    let manifest = merged
+        .rep
+        .manifest(store, head(input, kind, seal), segments)?;
+    let name = store_manifest(store, &manifest)?;
     fp.hit(Step::ManifestWritten)?;
     let index = GenIndex::new(store, input.set);
     let prepared = {
@@ -442,61 +383,9 @@ fn commit_merged(
     })
 }
 
-/// Manifest entries for packs by name, with their stored sizes.
-pub(crate) fn pack_refs<'a>(
-    store: &Store,
-    names: impl Iterator<Item = &'a String>,
-) -> Result<Vec<FileRef>> {
-    let mut packs = Vec::new();
-    for name in names {
-        let size = store
-            .storage()
-            .size(&keys::pack(name))?
-            .ok_or_else(|| Error::NotFound {
-                what: "pack",
-                name: name.clone(),
-            })?;
-        packs.push(FileRef {
-            name: name.clone(),
-            size,
-        });
-    }
-    Ok(packs)
-}
-
-pub(crate) fn move_segments(store: &Store, files: &[SegmentFile]) -> Result<Vec<SegmentRef>> {
-    let mut refs = Vec::with_capacity(files.len());
-    for f in files {
-        store
-            .storage()
-            .put_file_if_absent(&keys::segment(&f.name), &f.path)?;
-        refs.push(SegmentRef {
-            name: f.name.clone(),
-            size: f.size,
-            rows: f.rows,
-            first: [hex::encode(&f.first.0), hex::encode(&f.first.1)],
-            last: [hex::encode(&f.last.0), hex::encode(&f.last.1)],
-        });
-    }
-    Ok(refs)
-}
-
-fn build_manifest(
-    input: &PublishInput<'_>,
-    kind: RepKind,
-    merged: &Merged,
-    segments: Vec<SegmentRef>,
-    seal: Seal,
-) -> Result<Manifest> {
-    let packs = pack_refs(input.store, merged.packs.keys())?;
-    let blobs = merged
-        .blobs
-        .iter()
-        .map(|(name, &size)| FileRef {
-            name: name.clone(),
-            size,
-        })
-        .collect();
+/// What the new manifest says besides its rows: bindings to the parent and
+/// (for a delta) its base, the observation instant and the journal.
+fn head(input: &PublishInput<'_>, kind: RepKind, seal: Seal) -> RepHead {
     let base = match kind {
         RepKind::Base => None,
         RepKind::Delta => input.parent.map(|p| BaseBinding {
@@ -505,9 +394,7 @@ fn build_manifest(
             manifest: p.base.manifest_name.clone(),
         }),
     };
-    Ok(Manifest {
-        tag: MANIFEST_TAG.into(),
-        version: MANIFEST_VERSION,
+    RepHead {
         set: input.set.to_string(),
         generation: input.generation,
         representation: kind,
@@ -516,16 +403,10 @@ fn build_manifest(
             generation: p.generation(),
             manifest: p.top().manifest_name.clone(),
         }),
-        identity: merged.identity.clone(),
-        counts: merged.counts.clone(),
-        segments,
-        packs,
-        blobs,
-        created_ns: crate::token::now_ns(),
         observed_ns: seal.observed_ns,
         message: input.message.clone(),
         journal: Some(seal.digest),
-    })
+    }
 }
 
 fn index_record(input: &PublishInput<'_>, m: &Manifest, manifest_name: &str) -> IndexRecord {

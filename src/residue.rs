@@ -71,14 +71,14 @@ fn settle(store: &Store) -> Result<()> {
         return Ok(());
     }
     let mut leases = Vec::new();
-    for set in storage.list("pins")? {
+    for set in storage.list(keys::PINS)? {
         for name in storage.list(&keys::pin_dir(&set))? {
             leases.push(format!("{}/{name}", keys::pin_dir(&set)));
         }
     }
-    for name in storage.list("staging")? {
+    for name in storage.list(keys::STAGING)? {
         if name.ends_with(".owner") {
-            leases.push(format!("staging/{name}"));
+            leases.push(format!("{}/{name}", keys::STAGING));
         }
     }
     storage.settle_leases(&leases)
@@ -144,7 +144,7 @@ fn pins(store: &Store) -> Result<Vec<LeaseInfo>> {
 fn staging(store: &Store) -> Result<Vec<LeaseInfo>> {
     let storage = store.storage();
     let mut out = Vec::new();
-    for name in storage.list("staging")? {
+    for name in storage.list(keys::STAGING)? {
         let Some(token) = name.strip_suffix(".owner") else {
             continue;
         };
@@ -188,7 +188,7 @@ fn staging(store: &Store) -> Result<Vec<LeaseInfo>> {
 /// Probe the owner lease of staging `token`; a name no attempt would take
 /// is refused before anything is probed or removed under it.
 fn probe_owner(store: &Store, token: &str) -> Result<LeaseState> {
-    crate::storage::check_scratch_dir(&format!("staging/{token}"))?;
+    crate::storage::check_scratch_dir(&keys::staging_dir(token))?;
     store.storage().probe_lease(&keys::staging_owner(token))
 }
 
@@ -211,12 +211,12 @@ fn named(store: &Store) -> Result<Vec<LeaseInfo>> {
         .flat_map(|s| {
             [
                 ("writer", keys::writer_lease(&s)),
-                ("retention", format!("sets/{s}/RETAIN.lease")),
+                ("retention", keys::retention_lock(&s)),
             ]
         })
         .collect();
-    keys_.push(("sweeper", crate::sweep::SWEEPER_LEASE.to_string()));
-    keys_.push(("deleting", crate::sweep::DELETING_LEASE.to_string()));
+    keys_.push(("sweeper", keys::SWEEPER_LEASE.to_string()));
+    keys_.push(("deleting", keys::DELETING_LEASE.to_string()));
     let mut out = Vec::new();
     for (kind, key) in keys_ {
         let (verdict, holder) = verdict(store.storage().probe_lease(&key)?);
@@ -257,7 +257,7 @@ pub fn reclaim(store: &Store, items: &[LeaseInfo]) -> Result<Vec<LeaseInfo>> {
             for j in journals_of(store, token)? {
                 storage.delete(&j)?;
             }
-            storage.delete_dir(&format!("staging/{token}"))?;
+            storage.delete_dir(&keys::staging_dir(token))?;
         }
         storage.delete(&item.key)?;
         done.push(item.clone());
@@ -273,7 +273,7 @@ pub fn reclaim(store: &Store, items: &[LeaseInfo]) -> Result<Vec<LeaseInfo>> {
 /// could renew after a pause and publish, so only reclaimed owners are gone.
 pub fn live_writer(store: &Store) -> Result<Option<String>> {
     let observed = store.storage().lease_ttl().is_some();
-    for name in store.storage().list("staging")? {
+    for name in store.storage().list(keys::STAGING)? {
         let Some(token) = name.strip_suffix(".owner") else {
             continue;
         };

@@ -9,13 +9,14 @@
 //! generations are no longer listed or pinnable; pins taken earlier keep
 //! what they read until released (the sweep marks held pins).
 
+use crate::cas::pointer::{self, Counted};
+use crate::cas::versioned;
 use crate::error::{Error, Result};
 use crate::format::parse_versioned;
 use crate::format::record::{IndexRecord, State};
 use crate::index::GenIndex;
 use crate::storage::fence;
-use crate::storage::{CasOutcome, Lease, TryLease};
-use crate::store::{check_set_name, Store};
+use crate::store::{check_set_name, keys, Store};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
@@ -24,7 +25,6 @@ use std::ops::Bound::{Excluded, Unbounded};
 pub const RETENTION_VERSION: u32 = 1;
 pub const RETENTION_TAG: &str = "strata-retention";
 const MAX_RETENTION_BYTES: u64 = 64 << 10;
-const CAS_RETRIES: usize = 16;
 
 /// What a set keeps besides latest and tagged generations.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,33 +47,15 @@ struct PolicyRecord {
     nonce: String,
 }
 
-fn key(set: &str) -> String {
-    format!("sets/{set}/retention.json")
-}
-
-/// Hold the set's retention lock: tagging and retiring take it, so a tag
-/// created while retention decides is seen before anything is retired.
-pub(crate) fn lock(store: &Store, set: &str, holder: &str) -> Result<Box<dyn Lease>> {
-    let key = format!("sets/{set}/RETAIN.lease");
-    match store.storage().lease(&key, holder, true)? {
-        TryLease::Acquired(l) => Ok(l),
-        TryLease::Busy { holder } => Err(Error::Conflict(format!(
-            "retention lock busy: set=`{set}` holder=`{holder}`"
-        ))),
-    }
-}
-
 /// The stored policy of `set`, `None` when it keeps everything.
 pub fn load(store: &Store, set: &str) -> Result<Option<Policy>> {
     Ok(load_raw(store, set)?.map(|(r, _)| r.policy))
 }
 
 fn load_raw(store: &Store, set: &str) -> Result<Option<(PolicyRecord, Vec<u8>)>> {
-    let key = key(set);
-    let bytes = match store.storage().get(&key, MAX_RETENTION_BYTES) {
-        Ok(b) => b,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e),
+    let key = keys::retention(set);
+    let Some(bytes) = versioned::try_get(store, &key, MAX_RETENTION_BYTES)? else {
+        return Ok(None);
     };
     let r: PolicyRecord = parse_versioned(
         "retention policy",
@@ -106,27 +88,27 @@ pub fn set_policy(store: &Store, set: &str, policy: Policy) -> Result<()> {
             "--keep-last must be at least 1 (latest is always kept)".into(),
         ));
     }
-    for _ in 0..CAS_RETRIES {
-        let current = load_raw(store, set)?;
+    let key = keys::retention(set);
+    let read = || load_raw(store, set);
+    pointer::update(store, &key, "retention policy", read, |_, stamp| {
         let next = PolicyRecord {
             tag: RETENTION_TAG.into(),
             version: RETENTION_VERSION,
             set: set.to_string(),
             policy,
-            counter: current
-                .as_ref()
-                .map_or(1, |(r, _)| r.counter.saturating_add(1)),
-            nonce: crate::token::new_token(),
+            counter: stamp.counter,
+            nonce: stamp.nonce,
         };
         let body = serde_json::to_vec_pretty(&next).map_err(|e| Error::Internal(e.to_string()))?;
-        let expected = current.as_ref().map(|(_, b)| b.as_slice());
-        if store.storage().cas(&key(set), expected, &body)? == CasOutcome::Swapped {
-            return Ok(());
-        }
+        Ok(Some(body))
+    })?;
+    Ok(())
+}
+
+impl Counted for PolicyRecord {
+    fn counter(&self) -> u64 {
+        self.counter
     }
-    Err(Error::Conflict(format!(
-        "retention policy kept changing: set=`{set}`"
-    )))
 }
 
 /// Why a generation is kept.
@@ -231,7 +213,7 @@ pub fn apply(store: &Store, plan: &Plan, owner: &str) -> Result<Vec<u64>> {
     if plan.decided.is_empty() {
         return Ok(Vec::new());
     }
-    let _lock = lock(store, &plan.set, owner)?;
+    let _lock = crate::tag::protection_lock(store, &plan.set, owner)?;
     let tagged: Vec<u64> = crate::tag::list(store, &plan.set)?
         .iter()
         .map(|t| t.generation)

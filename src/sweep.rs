@@ -36,18 +36,15 @@ use crate::error::{Error, Result};
 use crate::failpoint::Step;
 use crate::format::manifest::{Manifest, RepKind, MAX_MANIFEST_BYTES};
 use crate::format::record::{IndexRecord, State, MAX_RECORD_BYTES};
+use crate::liveness::FrameUse;
 use crate::residue::LeaseInfo;
-use crate::row::BlobLoc;
 use crate::storage::fence;
-use crate::storage::{LeaseState, PutOutcome, TryLease};
+use crate::storage::{PutOutcome, TryLease};
 use crate::store::{keys, Store};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-pub const SWEEPER_LEASE: &str = "sweep/SWEEPER.lease";
-pub const DELETING_LEASE: &str = "sweep/DELETING.lease";
-const EPOCH_DIR: &str = "sweep/epochs";
 /// 1: initial layout.
 pub const CONDEMNED_VERSION: u32 = 1;
 const CONDEMNED_TAG: &str = "strata-condemned";
@@ -66,8 +63,6 @@ pub const BATCH_COUNT: usize = 512;
 pub const BATCH_TIME: Duration = Duration::from_millis(50);
 /// Pause between batches so waiting writers get in.
 const BATCH_PAUSE: Duration = Duration::from_millis(5);
-/// How long a writer waits for a deletion batch before giving up.
-const WRITER_WAIT_MAX: Duration = Duration::from_secs(300);
 /// Names how pack live ratios are computed; changing it makes the ratios in
 /// older reports stale (they are not reused).
 const LIVENESS_KEY_TAG: &str = "strata-pack-liveness-2";
@@ -115,8 +110,8 @@ pub struct Space {
     pub staging: Tally,
 }
 
-/// One reachable pack whose live share is under the materialization's
-/// repack threshold ([`crate::materialize::REPACK_BELOW`]).
+/// One reachable pack that is sparse ([`crate::liveness`]): a fold of the
+/// rows using it rewrites its live frames.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SparsePack {
     pub name: String,
@@ -233,8 +228,6 @@ fn digest(what: &'static str, name: &str) -> Result<[u8; 32]> {
     }
 }
 
-/// Live frames (offset, len) per pack digest.
-type PackFrames = HashMap<[u8; 32], Vec<(u64, u64)>>;
 /// Epoch and time each condemned object was first condemned.
 type FirstCondemned = HashMap<(Kind, [u8; 32]), (u64, i64)>;
 
@@ -306,7 +299,7 @@ impl Marks {
                 }
             }
             for (g, v) in newest {
-                let key = IndexRecord::key(&set, g, v);
+                let key = keys::index_record(&set, g, v);
                 if self.seen.insert(key.clone()) {
                     self.record(store, &set, &key)?;
                 }
@@ -367,7 +360,7 @@ impl Marks {
     /// refold), not a reason to stop the sweep.
     fn tasks(&mut self, store: &Store) -> Result<()> {
         for t in crate::task::Tasks::new(store).list()? {
-            let key = crate::task::TaskRecord::key(&t.id, t.record);
+            let key = keys::task_record(&t.id, t.record);
             if t.state.is_final() || !self.seen.insert(key) {
                 continue;
             }
@@ -435,7 +428,7 @@ impl Marks {
                 rows: 0,
             });
         }
-        let mut frames: PackFrames = HashMap::new();
+        let mut used = FrameUse::default();
         let mut rows = 0;
         for name in &names {
             let rep = Representation::open(store, name)?;
@@ -444,37 +437,13 @@ impl Marks {
             }
             rep.blob_locs(|loc| {
                 rows += 1;
-                if let BlobLoc::Packed {
-                    pack, offset, len, ..
-                } = loc
-                {
-                    frames.entry(pack).or_default().push((offset, len));
-                }
+                used.add(loc);
             })?;
         }
-        Ok(self.tally_packs(store, key, &mut frames, rows))
+        Ok(self.tally_packs(store, key, &mut used, rows))
     }
 
-    /// Header and trailer bytes of a pack (not frames, so neither live nor
-    /// dead); 0 when its tail cannot be read (verify reports that, not us).
-    fn pack_overhead(store: &Store, d: &[u8; 32], size: u64) -> u64 {
-        use crate::format::pack::{overhead, TAIL_LEN};
-        let key = keys::pack(&hex::encode(d));
-        store
-            .storage()
-            .get_range_uncached(&key, size.saturating_sub(TAIL_LEN), TAIL_LEN)
-            .ok()
-            .and_then(|t| overhead(&t))
-            .unwrap_or(0)
-    }
-
-    fn tally_packs(
-        &self,
-        store: &Store,
-        key: String,
-        frames: &mut PackFrames,
-        rows: u64,
-    ) -> Liveness {
+    fn tally_packs(&self, store: &Store, key: String, used: &mut FrameUse, rows: u64) -> Liveness {
         let mut out = Liveness {
             key,
             rows,
@@ -484,20 +453,14 @@ impl Marks {
             if kind != Kind::Pack {
                 continue;
             }
-            let f = frames.entry(d).or_default();
-            f.sort_unstable();
-            f.dedup();
-            let frames_len = o
-                .size
-                .saturating_sub(Self::pack_overhead(store, &d, o.size));
-            let live: u64 = f.iter().map(|&(_, len)| len).sum::<u64>().min(frames_len);
-            out.live += live;
-            out.dead += frames_len - live;
-            if (live as f64) < (frames_len as f64) * crate::materialize::REPACK_BELOW {
+            let pack = used.pack_use(store, d, o.size);
+            out.live += pack.live;
+            out.dead += pack.dead();
+            if pack.is_sparse() {
                 out.sparse.push(SparsePack {
                     name: hex::encode(d),
                     size: o.size,
-                    live_bytes: live,
+                    live_bytes: pack.live,
                 });
             }
         }
@@ -553,15 +516,11 @@ struct CondemnedHeader {
     count: u64,
 }
 
-fn epoch_key(epoch: u64, what: &str) -> String {
-    format!("{EPOCH_DIR}/{epoch:020}.{what}")
-}
-
 /// Epochs with a condemned list, ascending.
 fn epochs(store: &Store) -> Result<Vec<u64>> {
     let mut out: Vec<u64> = store
         .storage()
-        .list(EPOCH_DIR)?
+        .list(keys::EPOCH_DIR)?
         .iter()
         .filter_map(|n| n.strip_suffix(".condemned")?.parse().ok())
         .collect();
@@ -571,7 +530,7 @@ fn epochs(store: &Store) -> Result<Vec<u64>> {
 
 /// The condemned list of `epoch`: first-condemned epoch and time per object.
 fn load_condemned(store: &Store, epoch: u64) -> Result<FirstCondemned> {
-    let key = epoch_key(epoch, "condemned");
+    let key = keys::epoch(epoch, "condemned");
     let bytes = store.storage().get(&key, MAX_CONDEMNED_BYTES)?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| Error::corrupt("condemned list", &key, "not UTF-8"))?;
@@ -670,7 +629,7 @@ fn write_condemned(store: &Store, epoch: u64, list: &[Condemned], now: i64) -> R
     for c in list {
         text.push_str(&c.line());
     }
-    create_epoch_file(store, &epoch_key(epoch, "condemned"), text.as_bytes())
+    create_epoch_file(store, &keys::epoch(epoch, "condemned"), text.as_bytes())
 }
 
 fn create_epoch_file(store: &Store, key: &str, bytes: &[u8]) -> Result<()> {
@@ -684,33 +643,11 @@ fn create_epoch_file(store: &Store, key: &str, bytes: &[u8]) -> Result<()> {
 
 /// Take the sweeper lease or report who holds it.
 fn take_sweeper(store: &Store, holder: &str) -> Result<Box<dyn crate::storage::Lease>> {
-    match store.storage().lease(SWEEPER_LEASE, holder, false)? {
+    match store.storage().lease(keys::SWEEPER_LEASE, holder, false)? {
         TryLease::Acquired(l) => Ok(l),
         TryLease::Busy { holder } => Err(Error::Conflict(format!(
             "another sweep is running: holder=`{holder}`"
         ))),
-    }
-}
-
-/// Called by every writer right after it took its owner lease: wait while a
-/// deletion batch runs (see the module docs for why this suffices).
-pub(crate) fn wait_while_deleting(store: &Store) -> Result<()> {
-    let start = Instant::now();
-    // Locally a probe is a syscall; remotely a request.
-    let poll = store
-        .storage()
-        .lease_ttl()
-        .map_or(Duration::from_millis(2), |ttl| ttl / 8);
-    loop {
-        match store.storage().probe_lease(DELETING_LEASE)? {
-            LeaseState::Held { holder } if start.elapsed() > WRITER_WAIT_MAX => {
-                return Err(Error::Conflict(format!(
-                    "a sweep's deletion batch did not end: holder=`{holder}`"
-                )))
-            }
-            LeaseState::Held { .. } => std::thread::sleep(poll),
-            LeaseState::Unheld | LeaseState::Missing => return Ok(()),
-        }
     }
 }
 
@@ -845,7 +782,7 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
         Some(e) => e.checked_add(1).ok_or_else(|| {
             Error::corrupt(
                 "sweep epoch",
-                EPOCH_DIR,
+                keys::EPOCH_DIR,
                 "the newest epoch cannot be followed",
             )
         })?,
@@ -1006,13 +943,13 @@ fn residue(store: &Store, opts: &SweepOptions, report: &mut SweepReport) -> Resu
 /// Bytes in staging directories (live or not yet reclaimed).
 fn staging_space(store: &Store) -> Result<Tally> {
     let mut t = Tally::default();
-    let mut dirs = vec!["staging".to_string()];
+    let mut dirs = vec![keys::STAGING.to_string()];
     while let Some(dir) = dirs.pop() {
         // Live attempts create and remove entries meanwhile: a name that
         // turned out to be a file, or vanished, is only not counted.
         let files = match store.storage().list_sizes(&dir) {
             Ok(f) => f,
-            Err(_) if dir != "staging" => continue,
+            Err(_) if dir != keys::STAGING => continue,
             Err(e) => return Err(e),
         };
         for (name, size) in &files {
@@ -1041,7 +978,10 @@ fn delete(
 ) -> Result<()> {
     let mut next = 0;
     while next < deletable.len() {
-        let _deleting = match store.storage().lease(DELETING_LEASE, &opts.holder, true)? {
+        let _deleting = match store
+            .storage()
+            .lease(keys::DELETING_LEASE, &opts.holder, true)?
+        {
             TryLease::Acquired(l) => l,
             TryLease::Busy { holder } => {
                 return Err(Error::Internal(format!(
@@ -1096,14 +1036,14 @@ fn delete_batch(
 /// Write the report, forget old epochs.
 fn finish(store: &Store, epoch: u64, known: &[u64], report: &SweepReport) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(report).map_err(|e| Error::Internal(e.to_string()))?;
-    create_epoch_file(store, &epoch_key(epoch, "report.json"), &bytes)?;
+    create_epoch_file(store, &keys::epoch(epoch, "report.json"), &bytes)?;
     store.failpoints().hit(Step::Swept)?;
     for &old in known
         .iter()
         .filter(|&&e| e < epoch.saturating_sub(KEEP_EPOCHS))
     {
-        store.storage().delete(&epoch_key(old, "condemned"))?;
-        store.storage().delete(&epoch_key(old, "report.json"))?;
+        store.storage().delete(&keys::epoch(old, "condemned"))?;
+        store.storage().delete(&keys::epoch(old, "report.json"))?;
     }
     Ok(())
 }
@@ -1112,7 +1052,7 @@ fn finish(store: &Store, epoch: u64, known: &[u64], report: &SweepReport) -> Res
 pub fn last_report(store: &Store) -> Result<Option<SweepReport>> {
     let mut names: Vec<String> = store
         .storage()
-        .list(EPOCH_DIR)?
+        .list(keys::EPOCH_DIR)?
         .into_iter()
         .filter(|n| n.ends_with(".report.json"))
         .collect();
@@ -1120,7 +1060,7 @@ pub fn last_report(store: &Store) -> Result<Option<SweepReport>> {
     let Some(name) = names.pop() else {
         return Ok(None);
     };
-    let key = format!("{EPOCH_DIR}/{name}");
+    let key = keys::epoch_file(&name);
     let bytes = store.storage().get(&key, MAX_REPORT_BYTES)?;
     let r: SweepReport = serde_json::from_slice(&bytes)
         .map_err(|e| Error::corrupt("sweep report", &key, e.to_string()))?;

@@ -5,13 +5,17 @@
 //! existing name with the same generation is a no-op; with another
 //! generation it is a conflict. Only a COMMITTED generation can be tagged.
 //! Tags are retention roots (a tagged generation is kept by retention).
+//!
+//! Tagging and retiring both hold the set's protection lock
+//! ([`protection_lock`]), so a tag created while retention decides is seen
+//! before anything is retired.
 
+use crate::cas::versioned;
 use crate::error::{Error, Result};
 use crate::format::parse_versioned;
 use crate::format::record::State;
 use crate::index::GenIndex;
-use crate::storage::fence;
-use crate::storage::PutOutcome;
+use crate::storage::{fence, Lease, TryLease};
 use crate::store::{keys, Store};
 use serde::{Deserialize, Serialize};
 
@@ -61,7 +65,7 @@ pub fn tag(store: &Store, set: &str, name: &str, generation: Option<u64>) -> Res
         })?,
     };
     // Under the retention lock, re-read: retention cannot retire it meanwhile.
-    let _lock = crate::retain::lock(store, set, &format!("tag pid={}", std::process::id()))?;
+    let _lock = protection_lock(store, set, &format!("tag pid={}", std::process::id()))?;
     let record = index.load(record.generation)?;
     if record.state != State::Committed {
         return Err(Error::Invalid(format!(
@@ -80,11 +84,9 @@ pub fn tag(store: &Store, set: &str, name: &str, generation: Option<u64>) -> Res
     let bytes = serde_json::to_vec(&t).map_err(|e| Error::Internal(e.to_string()))?;
     let created = {
         let _fence = fence::enter(&[&*_lock])?;
-        store
-            .storage()
-            .put_if_absent(&keys::tag(set, name), &bytes)?
+        versioned::create_or_existing(store, &keys::tag(set, name), &bytes)?
     };
-    if created == PutOutcome::Created {
+    if created {
         return Ok(t.generation);
     }
     let existing = load(store, set, name)?;
@@ -95,6 +97,20 @@ pub fn tag(store: &Store, set: &str, name: &str, generation: Option<u64>) -> Res
         )));
     }
     Ok(t.generation)
+}
+
+/// Hold the set's protection lock (`holder` names who): tagging and
+/// retiring take it.
+pub(crate) fn protection_lock(store: &Store, set: &str, holder: &str) -> Result<Box<dyn Lease>> {
+    match store
+        .storage()
+        .lease(&keys::retention_lock(set), holder, true)?
+    {
+        TryLease::Acquired(l) => Ok(l),
+        TryLease::Busy { holder } => Err(Error::Conflict(format!(
+            "retention lock busy: set=`{set}` holder=`{holder}`"
+        ))),
+    }
 }
 
 /// Remove tag `name` of `set`.

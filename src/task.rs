@@ -13,10 +13,10 @@
 //! FAILED, CANCELLED and SOURCE_RETIRED are final and change nothing readers
 //! see.
 
+use crate::cas::versioned;
 use crate::error::{Error, Result};
 use crate::format::manifest::RepKind;
 use crate::format::parse_versioned;
-use crate::storage::{LeaseState, PutOutcome};
 use crate::store::{keys, Store};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -133,10 +133,6 @@ pub struct TaskRecord {
 }
 
 impl TaskRecord {
-    pub fn key(id: &str, record: u32) -> String {
-        format!("tasks/{id}/{record:06}.json")
-    }
-
     pub fn decode(file: &str, bytes: &[u8]) -> Result<TaskRecord> {
         let t: TaskRecord = parse_versioned("task record", file, TASK_TAG, TASK_VERSION, bytes)?;
         if t.record == 0 || t.sources.is_empty() {
@@ -191,34 +187,25 @@ impl Tasks {
     }
 
     fn try_record(&self, id: &str, record: u32) -> Result<Option<TaskRecord>> {
-        let key = TaskRecord::key(id, record);
-        match self.store.storage().get(&key, MAX_TASK_BYTES) {
-            Ok(bytes) => {
-                let t = TaskRecord::decode(&key, &bytes)?;
-                if t.id != id || t.record != record {
-                    return Err(Error::corrupt(
-                        "task record",
-                        key,
-                        "id or version differs from its name",
-                    ));
-                }
-                Ok(Some(t))
-            }
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
+        let key = keys::task_record(id, record);
+        let Some(bytes) = versioned::try_get(&self.store, &key, MAX_TASK_BYTES)? else {
+            return Ok(None);
+        };
+        let t = TaskRecord::decode(&key, &bytes)?;
+        if t.id != id || t.record != record {
+            return Err(Error::corrupt(
+                "task record",
+                key,
+                "id or version differs from its name",
+            ));
         }
+        Ok(Some(t))
     }
 
     /// Newest record of task `id`, probing versions upward.
     pub fn newest(&self, id: &str) -> Result<Option<TaskRecord>> {
         check_task_id(id)?;
-        let mut found = None;
-        let mut v = 1;
-        while let Some(t) = self.try_record(id, v)? {
-            found = Some(t);
-            v += 1;
-        }
-        Ok(found)
+        versioned::newest(|v| self.try_record(id, v))
     }
 
     /// Create `record` exclusively: the CAS on the task's version. Losing is
@@ -226,14 +213,13 @@ impl Tasks {
     pub fn put(&self, record: &TaskRecord) -> Result<()> {
         let bytes =
             serde_json::to_vec_pretty(record).map_err(|e| Error::Internal(e.to_string()))?;
-        let key = TaskRecord::key(&record.id, record.record);
-        match self.store.storage().put_if_absent(&key, &bytes)? {
-            PutOutcome::Created => Ok(()),
-            PutOutcome::AlreadyExists => Err(Error::Conflict(format!(
+        let key = keys::task_record(&record.id, record.record);
+        versioned::create(&self.store, &key, &bytes, || {
+            format!(
                 "another worker advanced the task first: task=`{}` record={}",
                 record.id, record.record
-            ))),
-        }
+            )
+        })
     }
 
     /// Whether the attempt that owns `t` is alive (its lease is held).
@@ -241,12 +227,7 @@ impl Tasks {
         let Some(token) = &t.owner else {
             return Ok(false);
         };
-        Ok(matches!(
-            self.store
-                .storage()
-                .probe_lease(&keys::staging_owner(token))?,
-            LeaseState::Held { .. }
-        ))
+        crate::staging::is_held(&self.store, token)
     }
 
     /// Cancel task `id`: a CANCELLED record, unless the task is final, an
@@ -280,9 +261,7 @@ impl Tasks {
         cancelled.owner = None;
         self.put(&cancelled)?;
         if let Some(token) = &t.owner {
-            let storage = self.store.storage();
-            storage.delete_dir(&format!("staging/{token}"))?;
-            storage.delete(&keys::staging_owner(token))?;
+            crate::staging::remove(&self.store, token)?;
         }
         Ok(cancelled)
     }
@@ -290,7 +269,7 @@ impl Tasks {
     /// Newest record of every task, by id.
     pub fn list(&self) -> Result<Vec<TaskRecord>> {
         let mut out = Vec::new();
-        for id in self.store.storage().list("tasks")? {
+        for id in self.store.storage().list(keys::TASKS)? {
             if check_task_id(&id).is_err() {
                 continue;
             }

@@ -38,8 +38,8 @@ use strata::compose::RowPos;
 use strata::error::Error;
 use strata::format::record::State;
 use strata::index::GenIndex;
-use strata::pieces::Pieces;
 use strata::row::{join, BlobLoc, Kind, Row};
+use strata::storage::pieces::Pieces;
 use strata::store::keys;
 use tracing::{error, info, warn};
 

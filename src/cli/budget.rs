@@ -24,16 +24,18 @@ pub(crate) struct BudgetArgs {
 pub(crate) fn budget(store: &Store, root: &std::path::Path, a: BudgetArgs) -> Result<i32> {
     let mut b = budget::load(store)?;
     if a.min_free.is_some() || a.max_store.is_some() {
-        if let Some(v) = &a.min_free {
-            set_floor(&mut b, v)?;
-        }
-        if let Some(v) = &a.max_store {
-            b.max_store_bytes = match v.as_str() {
-                "none" => None,
-                size => Some(strata::storage::parse_size(size).map_err(Error::Invalid)?),
-            };
-        }
-        budget::set(store, b)?;
+        b = budget::update(store, |mut b| {
+            if let Some(v) = &a.min_free {
+                set_floor(&mut b, v)?;
+            }
+            if let Some(v) = &a.max_store {
+                b.max_store_bytes = match v.as_str() {
+                    "none" => None,
+                    size => Some(strata::storage::parse_size(size).map_err(Error::Invalid)?),
+                };
+            }
+            Ok(b)
+        })?;
     }
     let (free, total) = budget::filesystem_space(root)?;
     let used = budget::store_bytes(store)?;

@@ -280,7 +280,7 @@ fn print_report(r: &SweepReport) {
         render::bytes(r.space.packs_live_bytes),
         render::bytes(r.space.packs_dead_bytes),
         r.sparse_packs.len(),
-        strata::materialize::REPACK_BELOW * 100.0
+        strata::liveness::REPACK_BELOW * 100.0
     );
     println!(
         "  condemned: {} (new: {})",

@@ -7,13 +7,14 @@
 //! the journal and the open pack, so journal records of packed blobs are
 //! written only once their pack is sealed and in its final name.
 
-use super::beneath::Beneath;
-use super::walk::stat_row;
-use super::{Progress, Staging};
+use super::walk::{stat_row, HashJob};
+use super::Progress;
 use crate::error::{IoContext, Result};
 use crate::format::journal::JournalWriter;
-use crate::format::pack::{PackWriter, PACK_TARGET_BYTES};
+use crate::format::pack::STANDALONE_MIN;
+use crate::pack_writer::{Placed, RollingPacks};
 use crate::row::{BlobLoc, Codec, Kind, Row};
+use crate::staging::Staging;
 use crate::storage::PutOutcome;
 use crate::store::{keys, Store};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -25,8 +26,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Files at least this large are stored as standalone raw blobs.
-pub const STANDALONE_MIN: u64 = 1 << 20;
 /// Attempts to read a file that keeps changing underneath.
 const READ_ATTEMPTS: usize = 3;
 /// zstd level for packed blobs.
@@ -68,11 +67,10 @@ pub(crate) struct SinkOutput {
 
 struct Sink {
     store: Store,
-    staging: PathBuf,
     admission: Arc<crate::budget::Admission>,
     journal: JournalWriter,
-    pack: Option<PackWriter>,
-    pending: Vec<Row>,
+    /// The open pack; its rows are journaled once it is sealed.
+    packs: RollingPacks<Row>,
     stored: HashMap<[u8; 32], BlobLoc>,
     problems: Vec<String>,
     progress: Arc<Progress>,
@@ -99,45 +97,28 @@ impl Sink {
             return self.journal.append(&row);
         }
         self.admission.admit("commit", frame.len() as u64)?;
-        if self.pack.is_none() {
-            self.pack = Some(PackWriter::create(&self.staging)?);
-        }
-        let pack = self.pack.as_mut().expect("created above");
-        let offset = pack.append(digest, codec, row.size, &frame)?;
+        let size = row.size;
+        let placed = self.packs.append(row, digest, codec, size, &frame)?;
         self.progress
             .stored_bytes
             .fetch_add(frame.len() as u64, Ordering::Relaxed);
-        row.blob = BlobLoc::Packed {
-            pack: [0; 32],
-            offset,
-            len: frame.len() as u64,
-            codec,
-        };
-        self.pending.push(row);
-        if pack.len() >= PACK_TARGET_BYTES {
-            self.seal_pack()?;
+        self.journal_placed(placed)
+    }
+
+    /// Journal the rows of a sealed pack, now in its final name.
+    fn journal_placed(&mut self, placed: Placed<Row>) -> Result<()> {
+        for (mut row, loc) in placed {
+            row.blob = loc;
+            self.stored.insert(row.digest.expect("hashed row"), loc);
+            self.journal.append(&row)?;
         }
         Ok(())
     }
 
-    /// Seal the open pack, move it to its final name, journal its rows.
+    /// Seal the open pack and journal its rows.
     fn seal_pack(&mut self) -> Result<()> {
-        let Some(pack) = self.pack.take() else {
-            return Ok(());
-        };
-        let sealed = pack.seal()?;
-        self.store
-            .storage()
-            .put_file_if_absent(&keys::pack(&sealed.name), &sealed.path)?;
-        for mut row in std::mem::take(&mut self.pending) {
-            if let BlobLoc::Packed { pack, .. } = &mut row.blob {
-                *pack = sealed.digest;
-            }
-            self.stored
-                .insert(row.digest.expect("hashed row"), row.blob);
-            self.journal.append(&row)?;
-        }
-        Ok(())
+        let placed = self.packs.seal()?;
+        self.journal_placed(placed)
     }
 
     fn standalone(&mut self, mut row: Row, staged: &Path) -> Result<()> {
@@ -163,15 +144,13 @@ pub(crate) fn spawn_sink(
     staging: &Staging,
     journal: JournalWriter,
     progress: Arc<Progress>,
-) -> (Sender<SinkMsg>, std::thread::JoinHandle<Result<SinkOutput>>) {
+) -> Result<(Sender<SinkMsg>, std::thread::JoinHandle<Result<SinkOutput>>)> {
     let (tx, rx) = bounded::<SinkMsg>(64);
     let mut sink = Sink {
         store: store.clone(),
-        staging: staging.dir.clone(),
         admission: staging.admission.clone(),
         journal,
-        pack: None,
-        pending: Vec::new(),
+        packs: RollingPacks::new(store, &staging.dir)?,
         stored: HashMap::new(),
         problems: Vec::new(),
         progress,
@@ -184,7 +163,8 @@ pub(crate) fn spawn_sink(
                 problems: sink.problems,
             })
         });
-    (tx, handle.expect("spawn sink thread"))
+    let handle = handle.map_err(|e| crate::error::Error::io("spawn", "sink thread", e))?;
+    Ok((tx, handle))
 }
 
 fn run_sink(sink: &mut Sink, rx: Receiver<SinkMsg>) -> Result<()> {
@@ -257,15 +237,6 @@ fn store_side(e: &crate::error::Error, staging: &Path) -> bool {
         crate::error::Error::Io { path, .. } => Path::new(path).starts_with(staging),
         _ => false,
     }
-}
-
-/// A file the walk found new or changed.
-pub(crate) struct HashJob {
-    pub row: Row,
-    /// For messages only: the file is opened through `root`.
-    pub abs: PathBuf,
-    pub root: Arc<Beneath>,
-    pub prev: Option<Row>,
 }
 
 /// `Ok(None)` when the file changed between fstat before and after reading.

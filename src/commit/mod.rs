@@ -11,8 +11,6 @@ mod beneath;
 mod ingest;
 mod walk;
 
-pub use ingest::STANDALONE_MIN;
-
 use crate::compose::GenView;
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
@@ -21,7 +19,8 @@ use crate::index::GenIndex;
 use crate::publish::{publish, ChangeStats, PublishInput, Published};
 use crate::row::normalize;
 use crate::spill::SortBudget;
-use crate::storage::{Lease, LeaseState, TryLease};
+use crate::staging::Staging;
+use crate::storage::{Lease, TryLease};
 use crate::store::{check_set_name, keys, Store};
 use crossbeam_channel::bounded;
 use ingest::{hash_job, spawn_sink, DedupIndex, SinkMsg, StageDir};
@@ -146,95 +145,20 @@ pub struct CommitSummary {
     pub duration_ms: u64,
 }
 
-/// A staging directory owned by one attempt, named by its token and held
-/// by an owner lease; removed when dropped.
-pub(crate) struct Staging {
-    pub dir: PathBuf,
-    /// What this attempt may still write (the disk budget).
-    pub admission: Arc<crate::budget::Admission>,
-    store: Store,
-    token: String,
-    _owner: Box<dyn Lease>,
-}
-
-impl Staging {
-    /// Take the owner lease of `token` (held by `holder`) and make its directory.
-    pub(crate) fn create(store: &Store, token: &str, holder: &str) -> Result<Staging> {
-        let owner = match store
-            .storage()
-            .lease(&keys::staging_owner(token), holder, false)?
-        {
-            TryLease::Acquired(l) => l,
-            TryLease::Busy { holder } => {
-                return Err(Error::Internal(format!(
-                    "fresh staging token already held by {holder}"
-                )))
-            }
-        };
-        crate::sweep::wait_while_deleting(store)?;
-        let dir = store.storage().scratch_dir(token)?;
-        let admission = Arc::new(crate::budget::Admission::new(store, &dir)?);
-        Ok(Staging {
-            dir,
-            admission,
-            store: store.clone(),
-            token: token.to_string(),
-            _owner: owner,
-        })
-    }
-}
-
-impl Staging {
-    /// The owner lease (for fencing publications made from this staging).
-    pub(crate) fn owner(&self) -> &dyn Lease {
-        &*self._owner
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        let _ = self
-            .store
-            .storage()
-            .delete_dir(&format!("staging/{}", self.token));
-        let _ = self
-            .store
-            .storage()
-            .delete(&keys::staging_owner(&self.token));
-    }
-}
-
 /// Remove staging and journals of attempts whose owner lease is unheld.
 pub fn clean_residue(store: &Store, set: &str) -> Result<u64> {
     let storage = store.storage();
-    let mut cleaned = 0;
-    for name in storage.list("staging")? {
-        let Some(token) = name.strip_suffix(".owner") else {
-            continue;
-        };
-        if storage.probe_lease(&keys::staging_owner(token))? == LeaseState::Unheld {
-            storage.delete_dir(&format!("staging/{token}"))?;
-            storage.delete(&keys::staging_owner(token))?;
-            cleaned += 1;
-        }
-    }
+    let mut cleaned = crate::staging::reclaim_unheld(store)?;
     for name in storage.list(&keys::journal_dir(set))? {
         let Some(token) = name.strip_suffix(".journal") else {
             continue;
         };
-        if !is_held(store, token)? {
+        if !crate::staging::is_held(store, token)? {
             storage.delete(&format!("{}/{name}", keys::journal_dir(set)))?;
             cleaned += 1;
         }
     }
     Ok(cleaned)
-}
-
-fn is_held(store: &Store, token: &str) -> Result<bool> {
-    Ok(matches!(
-        store.storage().probe_lease(&keys::staging_owner(token))?,
-        LeaseState::Held { .. }
-    ))
 }
 
 fn take_writer_lease(store: &Store, set: &str, wait: bool, token: &str) -> Result<Box<dyn Lease>> {
@@ -304,7 +228,7 @@ pub fn commit(
     let holder = format!("commit pid={}", std::process::id());
     let staging = Staging::create(store, &token, &holder)?;
     staging.admission.admit("commit", 0)?;
-    let journal_key = format!("{}/{token}.journal", keys::journal_dir(&opts.set));
+    let journal_key = keys::journal(&opts.set, &token);
     let journal_path = store
         .storage()
         .local_path(&journal_key)
@@ -462,7 +386,7 @@ fn observe(
 ) -> Result<(WalkStats, JournalWriter)> {
     let beneath = beneath::Beneath::open(&opts.dir).map_err(|e| Error::io("open", &opts.dir, e))?;
     let beneath = Arc::new(beneath);
-    let (tx, sink) = spawn_sink(store, staging, journal, progress.clone());
+    let (tx, sink) = spawn_sink(store, staging, journal, progress.clone())?;
     let pool = rayon::ThreadPoolBuilder::new()
         .thread_name(|i| format!("strata-hash-{i}"))
         .build()

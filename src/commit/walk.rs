@@ -9,7 +9,6 @@
 //! become hash jobs; directories, symlinks and removals become journal rows.
 
 use super::beneath::Beneath;
-use super::ingest::HashJob;
 use super::{Scope, WalkStats};
 use crate::compose::GenView;
 use crate::error::{Error, Result};
@@ -76,6 +75,15 @@ fn list_tree(root: &Beneath, seeds: Vec<Vec<u8>>, tx: Sender<Listing>) {
             return;
         }
     }
+}
+
+/// A file the walk found new or changed, for the hash workers.
+pub(crate) struct HashJob {
+    pub row: Row,
+    /// For messages only: the file is opened through `root`.
+    pub abs: PathBuf,
+    pub root: Arc<Beneath>,
+    pub prev: Option<Row>,
 }
 
 /// What the walk hands to ingest.

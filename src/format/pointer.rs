@@ -24,10 +24,6 @@ pub struct LatestPointer {
 }
 
 impl LatestPointer {
-    pub fn key(set: &str) -> String {
-        format!("sets/{set}/LATEST")
-    }
-
     pub fn encode(&self) -> Result<Vec<u8>> {
         serde_json::to_vec(self).map_err(|e| Error::Internal(e.to_string()))
     }

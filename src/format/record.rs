@@ -70,10 +70,6 @@ pub struct IndexRecord {
 }
 
 impl IndexRecord {
-    pub fn key(set: &str, generation: u64, record: u32) -> String {
-        format!("sets/{set}/index/{generation:020}.{record:06}.json")
-    }
-
     /// Parse `<gen:020>.<record:06>.json`.
     pub fn parse_name(name: &str) -> Option<(u64, u32)> {
         let stem = name.strip_suffix(".json")?;

@@ -60,7 +60,7 @@ impl StoreArgs {
             Some(s) => s.clone(),
             None => match env("STRATA_STORE") {
                 Some(s) => s,
-                None => return Ok(Location::Local(crate::store::default_location()?)),
+                None => return Ok(Location::Local(default_location()?)),
             },
         };
         if !store.starts_with("s3://") {
@@ -221,4 +221,22 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     n.checked_mul(millis)
         .map(Duration::from_millis)
         .ok_or_else(|| format!("`{s}`: too long"))
+}
+
+/// Default local store: `$STRATA_STORE`, else `$XDG_DATA_HOME/strata`, else
+/// `~/.local/share/strata`.
+pub fn default_location() -> Result<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(p) = var("STRATA_STORE") {
+        return Ok(PathBuf::from(p));
+    }
+    if let Some(p) = var("XDG_DATA_HOME") {
+        return Ok(Path::new(&p).join("strata"));
+    }
+    let home = var("HOME").ok_or_else(|| {
+        Error::Invalid(
+            "no store given and neither STRATA_STORE, XDG_DATA_HOME nor HOME is set".into(),
+        )
+    })?;
+    Ok(Path::new(&home).join(".local/share/strata"))
 }

@@ -12,12 +12,13 @@ pub mod fence;
 mod lease_object;
 mod local;
 mod location;
+pub mod pieces;
 mod remote;
 mod s3;
 
 pub(crate) use local::ensure_dir as ensure_local_dir;
 pub use local::LocalStorage;
-pub use location::{parse_duration, parse_size, Location, StoreArgs};
+pub use location::{default_location, parse_duration, parse_size, Location, StoreArgs};
 pub use remote::Endpoint;
 pub use s3::{S3Options, S3Storage};
 

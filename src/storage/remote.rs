@@ -327,7 +327,7 @@ impl Remote {
 
     /// Download `size` bytes of `key` into `file` with parallel ranged GETs;
     /// with `blake3`, also the BLAKE3 hash of what was written, each part
-    /// hashed as it arrives (its pieces' chaining values, [`crate::pieces`]),
+    /// hashed as it arrives (its pieces' chaining values, [`super::pieces`]),
     /// so verifying the copy costs no second pass.
     pub(crate) fn download(
         &self,
@@ -357,7 +357,7 @@ impl Remote {
                     file.write_all_at(&bytes, start)
                         .map_err(|e| Error::io("write-cache", key, e))?;
                     let values = match blake3 {
-                        true => crate::pieces::values_at(start, &bytes, size),
+                        true => super::pieces::values_at(start, &bytes, size),
                         false => Vec::new(),
                     };
                     Ok((start, values))
@@ -371,7 +371,7 @@ impl Remote {
         }
         parts.sort_by_key(|(start, _)| *start);
         let values: Vec<[u8; 32]> = parts.into_iter().flat_map(|(_, v)| v).collect();
-        Ok(Some(crate::pieces::root(&values, size)))
+        Ok(Some(super::pieces::root(&values, size)))
     }
 
     /// Size of an object, `None` if absent.

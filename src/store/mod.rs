@@ -1,8 +1,8 @@
 //! The store: one root holding every set, opened through a [`Storage`].
 //!
 //! Owns the `STORE` format marker (refusing a newer one), set-name rules and
-//! the key layout (docs/FORMAT.md, "Layout"). Everything else reaches storage
-//! through a `Store`.
+//! the key layout ([`keys`]: every key of the store is built there).
+//! Everything else reaches storage through a `Store`.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::failpoint::FailPoints;
@@ -10,13 +10,12 @@ use crate::format::parse_versioned;
 use crate::storage::{LocalStorage, PutOutcome, Storage};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// 1: initial layout.
 pub const STORE_VERSION: u32 = 1;
 const STORE_TAG: &str = "strata-store";
-const MARKER: &str = "STORE";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct StoreMarker {
@@ -34,24 +33,6 @@ pub struct Store {
     verified_segments: Arc<Mutex<HashSet<String>>>,
 }
 
-/// Default local store: `$STRATA_STORE`, else `$XDG_DATA_HOME/strata`, else
-/// `~/.local/share/strata`.
-pub fn default_location() -> Result<PathBuf> {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(p) = var("STRATA_STORE") {
-        return Ok(PathBuf::from(p));
-    }
-    if let Some(p) = var("XDG_DATA_HOME") {
-        return Ok(Path::new(&p).join("strata"));
-    }
-    let home = var("HOME").ok_or_else(|| {
-        Error::Invalid(
-            "no store given and neither STRATA_STORE, XDG_DATA_HOME nor HOME is set".into(),
-        )
-    })?;
-    Ok(Path::new(&home).join(".local/share/strata"))
-}
-
 impl Store {
     /// Create the marker if absent; an existing store is opened (and checked).
     pub fn init(storage: Arc<dyn Storage>) -> Result<(Store, bool)> {
@@ -62,20 +43,25 @@ impl Store {
         };
         let bytes =
             serde_json::to_vec_pretty(&marker).map_err(|e| Error::Internal(e.to_string()))?;
-        let created = storage.put_if_absent(MARKER, &bytes)? == PutOutcome::Created;
+        let created = storage.put_if_absent(keys::MARKER, &bytes)? == PutOutcome::Created;
         Ok((Store::open(storage)?, created))
     }
 
     pub fn open(storage: Arc<dyn Storage>) -> Result<Store> {
-        let bytes = storage.get(MARKER, 1 << 20).map_err(|e| match e {
+        let bytes = storage.get(keys::MARKER, 1 << 20).map_err(|e| match e {
             Error::NotFound { .. } => Error::Invalid(format!(
                 "no strata store here (run `strata init`): store=`{}`",
                 storage.describe()
             )),
             e => e,
         })?;
-        let _: StoreMarker =
-            parse_versioned("store marker", MARKER, STORE_TAG, STORE_VERSION, &bytes)?;
+        let _: StoreMarker = parse_versioned(
+            "store marker",
+            keys::MARKER,
+            STORE_TAG,
+            STORE_VERSION,
+            &bytes,
+        )?;
         Ok(Store {
             storage,
             failpoints: FailPoints::none(),
@@ -139,7 +125,7 @@ impl Store {
     pub fn sets(&self) -> Result<Vec<String>> {
         Ok(self
             .storage
-            .list("sets")?
+            .list(keys::SETS)?
             .into_iter()
             .filter(|s| check_set_name(s).is_ok())
             .collect())
@@ -162,39 +148,4 @@ pub fn check_set_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Key layout (docs/FORMAT.md, "Layout").
-pub mod keys {
-    pub fn manifest(name: &str) -> String {
-        format!("manifests/{name}.json")
-    }
-    pub fn segment(name: &str) -> String {
-        format!("segments/{}/{name}.parquet", name.get(..2).unwrap_or(""))
-    }
-    pub fn pack(name: &str) -> String {
-        format!("packs/{}/{name}.pack", name.get(..2).unwrap_or(""))
-    }
-    pub fn blob(digest_hex: &str) -> String {
-        format!("blobs/{}/{digest_hex}", digest_hex.get(..2).unwrap_or(""))
-    }
-    pub fn journal_dir(set: &str) -> String {
-        format!("journals/{set}")
-    }
-    pub fn writer_lease(set: &str) -> String {
-        format!("sets/{set}/WRITER.lease")
-    }
-    pub fn index_dir(set: &str) -> String {
-        format!("sets/{set}/index")
-    }
-    pub fn pin_dir(set: &str) -> String {
-        format!("pins/{set}")
-    }
-    pub fn tag_dir(set: &str) -> String {
-        format!("sets/{set}/tags")
-    }
-    pub fn tag(set: &str, name: &str) -> String {
-        format!("sets/{set}/tags/{name}.json")
-    }
-    pub fn staging_owner(token: &str) -> String {
-        format!("staging/{token}.owner")
-    }
-}
+pub mod keys;

@@ -10,8 +10,8 @@
 //! byte is served that the digest does not vouch for (invariant 2) without
 //! hashing the whole blob again. Chaining values take 32 bytes per MiB.
 
+use super::Storage;
 use crate::error::{Error, Result};
-use crate::storage::Storage;
 use blake3::hazmat::{
     left_subtree_len, merge_subtrees_non_root, merge_subtrees_root, ChainingValue, HasherExt, Mode,
 };

@@ -1,0 +1,93 @@
+//! The key layout of a store (docs/FORMAT.md, "Layout"): every key and key
+//! prefix anything reads or writes is built here, so the layout has one
+//! source of truth. Object names are digests; versioned records carry
+//! zero-padded numbers so listings sort by version.
+
+/// The store's format marker.
+pub const MARKER: &str = "STORE";
+/// The disk budget pointer.
+pub const BUDGET: &str = "budget.json";
+/// Directory of every set.
+pub const SETS: &str = "sets";
+/// Directory of every task.
+pub const TASKS: &str = "tasks";
+/// Directory of every set's pins.
+pub const PINS: &str = "pins";
+/// Staging directories and their owner leases.
+pub const STAGING: &str = "staging";
+/// One sweeper at a time holds this.
+pub const SWEEPER_LEASE: &str = "sweep/SWEEPER.lease";
+/// Held by a sweep's deletion batch; writers wait while it is held.
+pub const DELETING_LEASE: &str = "sweep/DELETING.lease";
+/// Sweep epochs: reports and condemned lists.
+pub const EPOCH_DIR: &str = "sweep/epochs";
+
+pub fn manifest(name: &str) -> String {
+    format!("manifests/{name}.json")
+}
+pub fn segment(name: &str) -> String {
+    format!("segments/{}/{name}.parquet", name.get(..2).unwrap_or(""))
+}
+pub fn pack(name: &str) -> String {
+    format!("packs/{}/{name}.pack", name.get(..2).unwrap_or(""))
+}
+pub fn blob(digest_hex: &str) -> String {
+    format!("blobs/{}/{digest_hex}", digest_hex.get(..2).unwrap_or(""))
+}
+pub fn journal_dir(set: &str) -> String {
+    format!("journals/{set}")
+}
+pub fn journal(set: &str, token: &str) -> String {
+    format!("journals/{set}/{token}.journal")
+}
+pub fn writer_lease(set: &str) -> String {
+    format!("sets/{set}/WRITER.lease")
+}
+pub fn index_dir(set: &str) -> String {
+    format!("sets/{set}/index")
+}
+/// Record `record` of generation `generation` of `set`.
+pub fn index_record(set: &str, generation: u64, record: u32) -> String {
+    format!("sets/{set}/index/{generation:020}.{record:06}.json")
+}
+/// The `LATEST` hint pointer of `set`.
+pub fn latest(set: &str) -> String {
+    format!("sets/{set}/LATEST")
+}
+pub fn retention(set: &str) -> String {
+    format!("sets/{set}/retention.json")
+}
+/// Taken by retention and by tagging (`tag::protection_lock`).
+pub fn retention_lock(set: &str) -> String {
+    format!("sets/{set}/RETAIN.lease")
+}
+pub fn pin_dir(set: &str) -> String {
+    format!("pins/{set}")
+}
+pub fn pin(set: &str, name: &str) -> String {
+    format!("pins/{set}/{name}")
+}
+pub fn tag_dir(set: &str) -> String {
+    format!("sets/{set}/tags")
+}
+pub fn tag(set: &str, name: &str) -> String {
+    format!("sets/{set}/tags/{name}.json")
+}
+/// Record `record` of task `id`.
+pub fn task_record(id: &str, record: u32) -> String {
+    format!("tasks/{id}/{record:06}.json")
+}
+pub fn staging_dir(token: &str) -> String {
+    format!("staging/{token}")
+}
+pub fn staging_owner(token: &str) -> String {
+    format!("staging/{token}.owner")
+}
+/// A sweep epoch's file (`report`, `condemned`).
+pub fn epoch(epoch: u64, what: &str) -> String {
+    format!("sweep/epochs/{epoch:020}.{what}")
+}
+/// A file of the epoch directory by its listed name.
+pub fn epoch_file(name: &str) -> String {
+    format!("sweep/epochs/{name}")
+}
