@@ -95,7 +95,8 @@ pub fn set(store: &Store, budget: Budget) -> Result<()> {
         nonce: crate::token::new_token(),
     };
     let current = current.map(|(_, bytes)| bytes);
-    let new = serde_json::to_vec_pretty(&record).map_err(|e| Error::Internal(e.to_string()))?;
+    let new = serde_json::to_vec_pretty(&record)
+        .map_err(|e| Error::internal_from("encode the budget record", e))?;
     match store.storage().cas(BUDGET_KEY, current.as_deref(), &new)? {
         CasOutcome::Swapped => Ok(()),
         CasOutcome::Mismatch { .. } => Err(Error::Conflict(

@@ -118,7 +118,8 @@ pub fn set_policy(store: &Store, set: &str, policy: Policy) -> Result<()> {
                 .map_or(1, |(r, _)| r.counter.saturating_add(1)),
             nonce: crate::token::new_token(),
         };
-        let body = serde_json::to_vec_pretty(&next).map_err(|e| Error::Internal(e.to_string()))?;
+        let body = serde_json::to_vec_pretty(&next)
+            .map_err(|e| Error::internal_from("encode the retention policy", e))?;
         let expected = current.as_ref().map(|(_, b)| b.as_slice());
         if store.storage().cas(&key(set), expected, &body)? == CasOutcome::Swapped {
             return Ok(());

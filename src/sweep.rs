@@ -665,7 +665,8 @@ fn write_condemned(store: &Store, epoch: u64, list: &[Condemned], now: i64) -> R
         written_ns: now,
         count: list.len() as u64,
     };
-    let mut text = serde_json::to_string(&header).map_err(|e| Error::Internal(e.to_string()))?;
+    let mut text = serde_json::to_string(&header)
+        .map_err(|e| Error::internal_from("encode the condemned list header", e))?;
     text.push('\n');
     for c in list {
         text.push_str(&c.line());
@@ -1044,7 +1045,7 @@ fn delete(
         let _deleting = match store.storage().lease(DELETING_LEASE, &opts.holder, true)? {
             TryLease::Acquired(l) => l,
             TryLease::Busy { holder } => {
-                return Err(Error::Internal(format!(
+                return Err(Error::internal(format!(
                     "waited for the deleting lease but did not get it: holder=`{holder}`"
                 )))
             }
@@ -1095,7 +1096,8 @@ fn delete_batch(
 
 /// Write the report, forget old epochs.
 fn finish(store: &Store, epoch: u64, known: &[u64], report: &SweepReport) -> Result<()> {
-    let bytes = serde_json::to_vec_pretty(report).map_err(|e| Error::Internal(e.to_string()))?;
+    let bytes = serde_json::to_vec_pretty(report)
+        .map_err(|e| Error::internal_from("encode the sweep report", e))?;
     create_epoch_file(store, &epoch_key(epoch, "report.json"), &bytes)?;
     store.failpoints().hit(Step::Swept)?;
     for &old in known

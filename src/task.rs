@@ -224,8 +224,8 @@ impl Tasks {
     /// Create `record` exclusively: the CAS on the task's version. Losing is
     /// a conflict the caller answers by re-reading.
     pub fn put(&self, record: &TaskRecord) -> Result<()> {
-        let bytes =
-            serde_json::to_vec_pretty(record).map_err(|e| Error::Internal(e.to_string()))?;
+        let bytes = serde_json::to_vec_pretty(record)
+            .map_err(|e| Error::internal_from("encode a task record", e))?;
         let key = TaskRecord::key(&record.id, record.record);
         match self.store.storage().put_if_absent(&key, &bytes)? {
             PutOutcome::Created => Ok(()),
