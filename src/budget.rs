@@ -104,8 +104,8 @@ pub fn update(store: &Store, change: impl Fn(Budget) -> Result<Budget>) -> Resul
                 counter: stamp.counter,
                 nonce: stamp.nonce,
             };
-            let body =
-                serde_json::to_vec_pretty(&record).map_err(|e| Error::Internal(e.to_string()))?;
+            let body = serde_json::to_vec_pretty(&record)
+                .map_err(|e| Error::internal_from("encode the budget record", e))?;
             Ok(Some(body))
         },
     )?;

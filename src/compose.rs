@@ -384,7 +384,7 @@ impl Representation {
         }
         let segment = self.segment(seg)?;
         let first = segment.group_first(group).ok_or_else(|| {
-            Error::Internal(format!("group {group} of segment {seg} out of range"))
+            Error::internal(format!("group {group} of segment {seg} out of range"))
         })?;
         Ok(first.0 == dir)
     }

@@ -16,7 +16,8 @@ pub enum ErrorKind {
     Corrupt,
     /// Someone else won a race or holds a lease; re-read and retry.
     Conflict,
-    /// An I/O failure or a missing object.
+    /// An I/O failure or a missing object (`Error::MissingObject`): the
+    /// store cannot serve something that should be there.
     Unavailable,
     /// A bug: an internal expectation did not hold.
     Internal,
@@ -52,8 +53,18 @@ pub enum Error {
     },
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// A name the caller asked for does not exist: a generation the index
+    /// has no committed record of, a tag, a set, a path. Never a stored
+    /// object that is missing: that is [`Error::MissingObject`].
     #[error("{what} not found: name=`{name}`")]
     NotFound { what: &'static str, name: String },
+    /// A stored object is absent (a missing file or key). A caller that asks
+    /// whether a name exists (index records, tags, pointers) turns this into
+    /// `Ok(None)` or a [`Error::NotFound`] of what it looked for; anywhere
+    /// else (a pack, blob, segment or manifest a generation names) the store
+    /// lost something it should hold.
+    #[error("stored object is missing: key=`{key}`")]
+    MissingObject { key: String },
     #[error("conflict: {0}")]
     Conflict(String),
     #[error("set is being written by another commit (use --wait to queue): set=`{set}` holder=`{holder}`")]
@@ -89,8 +100,14 @@ pub enum Error {
         available: u64,
         limit: &'static str,
     },
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// A bug: an internal expectation did not hold. Built with
+    /// [`Error::internal`] or [`Error::internal_from`].
+    #[error("internal error: {message}")]
+    Internal {
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -100,6 +117,7 @@ impl Error {
         match self {
             Error::Io { .. }
             | Error::NotFound { .. }
+            | Error::MissingObject { .. }
             | Error::Unreadable(_)
             | Error::NoSpace { .. }
             | Error::Remote { .. } => ErrorKind::Unavailable,
@@ -108,7 +126,7 @@ impl Error {
                 ErrorKind::InvalidInput
             }
             Error::Conflict(_) | Error::Busy { .. } | Error::Fenced { .. } => ErrorKind::Conflict,
-            Error::Internal(_) => ErrorKind::Internal,
+            Error::Internal { .. } => ErrorKind::Internal,
             Error::RootUnreadable { source, .. } => source.kind(),
         }
     }
@@ -129,10 +147,59 @@ impl Error {
         }
     }
 
-    /// True when the underlying failure is a missing file or object.
+    /// A missing stored object (`key` as the storage names it).
+    pub fn missing_object(key: impl Into<String>) -> Error {
+        Error::MissingObject { key: key.into() }
+    }
+
+    /// An internal error with nothing underneath.
+    pub fn internal(message: impl Into<String>) -> Error {
+        Error::Internal {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An internal error caused by `source` (kept for the chain).
+    pub fn internal_from(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Error {
+        Error::Internal {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Transitional: the tuple-style constructor of the old
+    /// `Internal(String)` variant, for the call site in `src/control.rs`
+    /// (left alone while the control protocol changes there). Use
+    /// [`Error::internal`]; remove this once that call is migrated.
+    #[doc(hidden)]
+    #[allow(non_snake_case)]
+    pub fn Internal(message: String) -> Error {
+        Error::internal(message)
+    }
+
+    /// The stored object (key, file or path) whose failure this is, when
+    /// the error names one: what a log line should point an operator at.
+    pub fn object(&self) -> Option<&str> {
+        match self {
+            Error::MissingObject { key } | Error::Remote { key, .. } | Error::Fenced { key } => {
+                Some(key)
+            }
+            Error::Io { path, .. } => Some(path),
+            Error::Corrupt { file, .. } => Some(file),
+            Error::RootUnreadable { source, .. } => source.object(),
+            _ => None,
+        }
+    }
+
+    /// True when the underlying failure is a missing file or object, or a
+    /// name that does not exist.
     pub fn is_not_found(&self) -> bool {
         match self {
-            Error::NotFound { .. } => true,
+            Error::NotFound { .. } | Error::MissingObject { .. } => true,
             Error::Io { source, .. } => source.kind() == io::ErrorKind::NotFound,
             _ => false,
         }

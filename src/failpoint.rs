@@ -177,7 +177,7 @@ impl FailPoints {
             Some(Action::Kill) => {
                 // SAFETY: raising a signal on our own pid has no memory effects.
                 unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-                Err(Error::Internal(format!("survived SIGKILL at step={step}")))
+                Err(Error::internal(format!("survived SIGKILL at step={step}")))
             }
             Some(Action::Stop) => {
                 // SAFETY: raising a signal on our own pid has no memory effects.

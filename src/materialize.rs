@@ -392,7 +392,7 @@ fn record_failure(tasks: &Tasks, claimed: &TaskRecord, e: Error) -> Error {
     next.retry_at_ns = Some(next.written_ns + delay.as_nanos() as i64);
     match tasks.put(&next) {
         Ok(()) => e,
-        Err(put) => Error::Internal(format!(
+        Err(put) => Error::internal(format!(
             "{}; and recording the failure failed: {}",
             crate::cli_chain(&e),
             crate::cli_chain(&put)
@@ -722,7 +722,7 @@ fn check_parallel(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(Error::Internal("a verify thread panicked".into())))
+                    .unwrap_or_else(|_| Err(Error::internal("a verify thread panicked")))
             })
             .collect()
     })

@@ -182,13 +182,14 @@ fn take_marker(
         holder: holder.to_string(),
         since_ns: crate::token::now_ns(),
     };
-    let text = serde_json::to_string(&body).map_err(|e| Error::Internal(e.to_string()))?;
+    let text =
+        serde_json::to_string(&body).map_err(|e| Error::internal_from("encode a pin marker", e))?;
     match store.storage().lease(&key, &text, false)? {
         TryLease::Acquired(lease) => Ok(Marker {
             key,
             lease: Some(lease),
         }),
-        TryLease::Busy { .. } => Err(Error::Internal(format!(
+        TryLease::Busy { .. } => Err(Error::internal(format!(
             "fresh pin name already locked: key=`{key}`"
         ))),
     }

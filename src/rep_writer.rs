@@ -171,13 +171,11 @@ impl StagedRep {
 fn pack_refs(store: &Store, names: &BTreeSet<String>) -> Result<Vec<FileRef>> {
     let mut packs = Vec::with_capacity(names.len());
     for name in names {
+        let key = keys::pack(name);
         let size = store
             .storage()
-            .size(&keys::pack(name))?
-            .ok_or_else(|| Error::NotFound {
-                what: "pack",
-                name: name.clone(),
-            })?;
+            .size(&key)?
+            .ok_or_else(|| Error::missing_object(key))?;
         packs.push(FileRef {
             name: name.clone(),
             size,

@@ -99,7 +99,8 @@ pub fn set_policy(store: &Store, set: &str, policy: Policy) -> Result<()> {
             counter: stamp.counter,
             nonce: stamp.nonce,
         };
-        let body = serde_json::to_vec_pretty(&next).map_err(|e| Error::Internal(e.to_string()))?;
+        let body = serde_json::to_vec_pretty(&next)
+            .map_err(|e| Error::internal_from("encode the retention policy", e))?;
         Ok(Some(body))
     })?;
     Ok(())

@@ -234,7 +234,7 @@ impl Iterator for Sorted {
             .as_ref()
             .is_some_and(|(p, n)| p == &row.parent && n == &row.name)
         {
-            return Some(Err(Error::Internal(format!(
+            return Some(Err(Error::internal(format!(
                 "journal holds two records for path=`{}`",
                 crate::row::show(&row.path())
             ))));

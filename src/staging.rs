@@ -40,7 +40,7 @@ impl Staging {
         {
             TryLease::Acquired(l) => l,
             TryLease::Busy { holder } => {
-                return Err(Error::Internal(format!(
+                return Err(Error::internal(format!(
                     "fresh staging token already held by {holder}"
                 )))
             }

@@ -624,7 +624,8 @@ fn write_condemned(store: &Store, epoch: u64, list: &[Condemned], now: i64) -> R
         written_ns: now,
         count: list.len() as u64,
     };
-    let mut text = serde_json::to_string(&header).map_err(|e| Error::Internal(e.to_string()))?;
+    let mut text = serde_json::to_string(&header)
+        .map_err(|e| Error::internal_from("encode the condemned list header", e))?;
     text.push('\n');
     for c in list {
         text.push_str(&c.line());
@@ -984,7 +985,7 @@ fn delete(
         {
             TryLease::Acquired(l) => l,
             TryLease::Busy { holder } => {
-                return Err(Error::Internal(format!(
+                return Err(Error::internal(format!(
                     "waited for the deleting lease but did not get it: holder=`{holder}`"
                 )))
             }
@@ -1035,7 +1036,8 @@ fn delete_batch(
 
 /// Write the report, forget old epochs.
 fn finish(store: &Store, epoch: u64, known: &[u64], report: &SweepReport) -> Result<()> {
-    let bytes = serde_json::to_vec_pretty(report).map_err(|e| Error::Internal(e.to_string()))?;
+    let bytes = serde_json::to_vec_pretty(report)
+        .map_err(|e| Error::internal_from("encode the sweep report", e))?;
     create_epoch_file(store, &keys::epoch(epoch, "report.json"), &bytes)?;
     store.failpoints().hit(Step::Swept)?;
     for &old in known

@@ -81,7 +81,7 @@ pub fn tag(store: &Store, set: &str, name: &str, generation: Option<u64>) -> Res
         generation: record.generation,
         created_ns: crate::token::now_ns(),
     };
-    let bytes = serde_json::to_vec(&t).map_err(|e| Error::Internal(e.to_string()))?;
+    let bytes = serde_json::to_vec(&t).map_err(|e| Error::internal_from("encode a tag", e))?;
     let created = {
         let _fence = fence::enter(&[&*_lock])?;
         versioned::create_or_existing(store, &keys::tag(set, name), &bytes)?

@@ -211,8 +211,8 @@ impl Tasks {
     /// Create `record` exclusively: the CAS on the task's version. Losing is
     /// a conflict the caller answers by re-reading.
     pub fn put(&self, record: &TaskRecord) -> Result<()> {
-        let bytes =
-            serde_json::to_vec_pretty(record).map_err(|e| Error::Internal(e.to_string()))?;
+        let bytes = serde_json::to_vec_pretty(record)
+            .map_err(|e| Error::internal_from("encode a task record", e))?;
         let key = keys::task_record(&record.id, record.record);
         versioned::create(&self.store, &key, &bytes, || {
             format!(

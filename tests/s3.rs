@@ -1049,7 +1049,7 @@ fn remote_objects(s: &S3Storage, dir: &str) -> Vec<(String, Vec<u8>)> {
             // A pin the stopping daemon releases may vanish meanwhile.
             match s.get(&key, 1 << 30) {
                 Ok(bytes) => out.push((key, bytes)),
-                Err(strata::Error::NotFound { .. }) => {}
+                Err(e) if e.is_not_found() => {}
                 Err(e) => panic!("{key}: {e}"),
             }
         } else {

@@ -1,7 +1,12 @@
 //! The FUSE filesystem: translates kernel requests into reads of pinned
 //! generations. No strata logic lives here; every handler resolves a node,
 //! asks the core (`GenView::locate`, `dir_entries`, `blob::read`), and maps
-//! errors to a deliberate errno, logging the cause. Handler bodies run under
+//! errors to a deliberate errno, logging the cause. ENOENT means only "no
+//! such name": a lookup that finds no row (or no generation, tag or set of
+//! that name); an error from the core is mapped by its kind (`errno`), so a
+//! missing pack, blob or segment of a generation being served is EIO, never
+//! ENOENT. Every EIO is logged once, with what was being served (set,
+//! generation, path) and the object that failed. Handler bodies run under
 //! `catch_unwind`: a panic becomes EIO and a log line, never a dead mount;
 //! locks tolerate poisoning so one caught panic cannot disable the others.
 //!
@@ -35,7 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use strata::compose::RowPos;
-use strata::error::Error;
+use strata::error::{Error, ErrorKind};
 use strata::format::record::State;
 use strata::index::GenIndex;
 use strata::row::{join, BlobLoc, Kind, Row};
@@ -78,6 +83,8 @@ enum Handle {
         key: String,
         size: u64,
         pieces: Option<Arc<Pieces>>,
+        /// Set, generation and path, for the log.
+        what: String,
     },
     /// A packed (small) blob, read and verified at the first `read`: with
     /// FOPEN_KEEP_CACHE a warm open whose pages the kernel holds costs nothing.
@@ -156,15 +163,47 @@ type Reply<T> = Result<T, Errno>;
 /// Where a directory walk stopped: the generation and its last row read.
 type Stopped = (Arc<Gen>, RowPos);
 
-/// Map a core error to an errno, logging what failed.
+/// Map an error from the core to an errno by its kind, logging it once
+/// with `what` (the set, generation and path being served) and the object
+/// that failed. Never ENOENT: a name that does not exist is a lookup's
+/// `Ok(None)` (or [`absent_as_none`]), so an object the store lost (a
+/// deleted pack or segment of a pinned generation) is EIO, not a file that
+/// silently is not there.
+///
+/// Conflict is EIO too, not EAGAIN: on a blocking descriptor EAGAIN means
+/// "would block", which readers either report confusingly or retry in a
+/// tight loop, and what reaches here has been retried already (pinning
+/// retries a changing index; a lost pin is taken again by the refresher).
 fn errno(e: &Error, what: &str) -> Errno {
-    match e {
-        Error::NotFound { .. } => Errno::ENOENT,
-        Error::Invalid(_) | Error::TooLarge { .. } => Errno::EINVAL,
-        _ => {
-            error!("{what}: {}", strata::cli_chain(e));
+    let object = e.object().unwrap_or("-");
+    match e.kind() {
+        ErrorKind::InvalidInput => {
+            warn!(
+                "{what} object={object}: {}; answered EINVAL",
+                strata::cli_chain(e)
+            );
+            Errno::EINVAL
+        }
+        ErrorKind::Corrupt | ErrorKind::Unavailable | ErrorKind::Conflict | ErrorKind::Internal => {
+            error!(
+                "{what} object={object}: {}; answered EIO",
+                strata::cli_chain(e)
+            );
             Errno::EIO
         }
+    }
+}
+
+/// A name of the mount's namespace the core reports as not existing: a
+/// generation the index has no committed record of (never was, not yet, or
+/// retired), a tag, a set without generations: `Ok(None)`, answered ENOENT.
+/// Everything else stays an error, a missing stored object
+/// (`Error::MissingObject`) included.
+fn absent_as_none<T>(r: strata::Result<T>) -> strata::Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -210,7 +249,11 @@ fn describe(gen: &Gen, path: &[u8]) -> String {
         "set={} gen={} path={}",
         gen.set,
         gen.generation,
-        strata::row::show(path)
+        if path.is_empty() {
+            "/".into()
+        } else {
+            strata::row::show(path)
+        }
     )
 }
 
@@ -381,7 +424,7 @@ impl StrataFs {
     fn latest_gen(&self, set: &str) -> Reply<Arc<Gen>> {
         self.gens
             .latest(set)
-            .map_err(|e| errno(&e, "resolve latest"))?
+            .map_err(|e| errno(&e, &format!("resolve latest set={set}")))?
             .ok_or(Errno::ENOENT)
     }
 
@@ -419,7 +462,13 @@ impl StrataFs {
                     .view
                     .lookup(b"")
                     .map_err(|e| errno(&e, &describe(&gen, b"")))?
-                    .ok_or(Errno::EIO)?;
+                    .ok_or_else(|| {
+                        error!(
+                            "{}: the generation has no root row; answered EIO",
+                            describe(&gen, b"")
+                        );
+                        Errno::EIO
+                    })?;
                 (self.entry_attr(ino, &root), IMMUTABLE_TTL)
             }
             Node::Latest(s) => link(self.latest_target(s)?),
@@ -435,10 +484,9 @@ impl StrataFs {
         if n.to_string() != text {
             return Err(Errno::ENOENT);
         }
-        let gen = self
-            .gens
-            .get(set, n)
-            .map_err(|e| errno(&e, &format!("open set={set} gen={n}")))?;
+        let gen = absent_as_none(self.gens.get(set, n))
+            .map_err(|e| errno(&e, &format!("open set={set} gen={n} path=/")))?
+            .ok_or(Errno::ENOENT)?;
         Ok(Node::GenRoot {
             set: set.to_string(),
             generation: n,
@@ -450,10 +498,9 @@ impl StrataFs {
     fn root_gen(&self, set: &str, generation: u64, gen: &Option<Arc<Gen>>) -> Reply<Arc<Gen>> {
         match gen {
             Some(g) => Ok(g.clone()),
-            None => self
-                .gens
-                .get(set, generation)
-                .map_err(|e| errno(&e, &format!("open set={set} gen={generation}"))),
+            None => absent_as_none(self.gens.get(set, generation))
+                .map_err(|e| errno(&e, &format!("open set={set} gen={generation} path=/")))?
+                .ok_or(Errno::ENOENT),
         }
     }
 
@@ -504,8 +551,9 @@ impl StrataFs {
             Node::Gens(s) => self.generation_root(s, name),
             Node::Tags(s) => {
                 let t = name.to_str().ok_or(Errno::ENOENT)?;
-                let tag = strata::tag::load(self.gens.store(), s, t)
-                    .map_err(|e| errno(&e, &format!("tag set={s} name={t}")))?;
+                let tag = absent_as_none(strata::tag::load(self.gens.store(), s, t))
+                    .map_err(|e| errno(&e, &format!("tag set={s} name={t}")))?
+                    .ok_or(Errno::ENOENT)?;
                 Ok(Node::Tag(s.clone(), tag.name, tag.generation))
             }
             Node::GenRoot {
@@ -659,13 +707,13 @@ impl StrataFs {
     /// daemon's pinned views (a generation retired meanwhile is passed over).
     fn versions(&self, set: &str, path: &[u8]) -> Reply<Vec<strata::history::Version>> {
         let what = || format!("history set={set} path={}", strata::row::show(path));
-        let committed =
-            strata::history::committed(self.gens.store(), set).map_err(|e| errno(&e, &what()))?;
+        let committed = absent_as_none(strata::history::committed(self.gens.store(), set))
+            .map_err(|e| errno(&e, &what()))?
+            .ok_or(Errno::ENOENT)?;
         let gens: Vec<u64> = committed.into_iter().map(|(g, _)| g).collect();
-        strata::history::versions_in(&gens, |g| match self.gens.get(set, g) {
-            Ok(gen) => gen.view.lookup(path),
-            Err(strata::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e),
+        strata::history::versions_in(&gens, |g| match absent_as_none(self.gens.get(set, g))? {
+            Some(gen) => gen.view.lookup(path),
+            None => Ok(None),
         })
         .map_err(|e| errno(&e, &what()))
     }
@@ -674,7 +722,7 @@ impl StrataFs {
     fn generation_items(&self, set: &str) -> Reply<Vec<DirItem>> {
         let all = GenIndex::new(self.gens.store(), set)
             .all()
-            .map_err(|e| errno(&e, "list generations"))?;
+            .map_err(|e| errno(&e, &format!("list generations set={set}")))?;
         let held = self.gens.held_views();
         let pinned = |g: u64| held.iter().any(|(s, h, _)| s == set && *h == g);
         Ok(all
@@ -746,7 +794,8 @@ impl StrataFs {
         let mut hasher = blake3::Hasher::new();
         let mut reader = file;
         std::io::copy(&mut reader, &mut hasher).map_err(|e| {
-            error!("{what}: read blob: {e}");
+            let key = keys::blob(&hex::encode(digest));
+            error!("{what} object={key}: read blob: {e}; answered EIO");
             Errno::EIO
         })?;
         self.verified_as(hasher, digest, what)
@@ -887,10 +936,12 @@ impl StrataFs {
     }
 
     fn open_blob(&self, key: &str, digest: [u8; 32], size: u64, what: &str) -> Reply<Opened> {
-        let opened = self.gens.store().storage().open_file(key).map_err(|e| {
-            error!("{what}: open blob {key}: {}", strata::cli_chain(&e));
-            Errno::EIO
-        })?;
+        let opened = self
+            .gens
+            .store()
+            .storage()
+            .open_file(key)
+            .map_err(|e| errno(&e, what))?;
         let Some(file) = opened else {
             let pieces = self.remote_pieces(key, size, digest, what)?;
             return Ok(Opened::Handle(
@@ -898,6 +949,7 @@ impl StrataFs {
                     key: key.to_string(),
                     size,
                     pieces,
+                    what: what.to_string(),
                 },
                 FopenFlags::FOPEN_KEEP_CACHE,
             ));
@@ -927,14 +979,20 @@ impl StrataFs {
                     key,
                     size: total,
                     pieces,
+                    what,
                 }) => {
                     let (key, total, pieces) = (key.clone(), *total, pieces.clone());
+                    let what = what.clone();
                     drop(handles);
-                    return self.read_remote(&key, total, pieces.as_deref(), offset, size);
+                    let at = (offset, size);
+                    return self.read_remote(&key, total, pieces.as_deref(), at, &what);
                 }
                 Some(Handle::File(f)) | Some(Handle::Passthrough { file: f, .. }) => {
                     let mut buf = vec![0u8; size as usize];
-                    let n = f.read_at(&mut buf, offset).map_err(Errno::from)?;
+                    let n = f.read_at(&mut buf, offset).map_err(|e| {
+                        error!("fh={} read of a standalone blob failed: {e}", fh.0);
+                        Errno::from(e)
+                    })?;
                     buf.truncate(n);
                     return Ok(buf);
                 }
@@ -957,8 +1015,8 @@ impl StrataFs {
         key: &str,
         total: u64,
         pieces: Option<&Pieces>,
-        offset: u64,
-        size: u32,
+        (offset, size): (u64, u32),
+        what: &str,
     ) -> Reply<Vec<u8>> {
         let storage = self.gens.store().storage();
         let read = match pieces {
@@ -976,7 +1034,7 @@ impl StrataFs {
             if e.kind() == strata::ErrorKind::Corrupt {
                 self.stats.verify_failures.fetch_add(1, Ordering::Relaxed);
             }
-            errno(&e, key)
+            errno(&e, what)
         })
     }
 
@@ -1204,8 +1262,14 @@ impl Filesystem for StrataFs {
             Node::Version {
                 path, generation, ..
             } => Ok(version_target(&path, generation)),
-            Node::Entry { row, .. } if row.kind == Kind::Symlink => {
-                row.target.clone().ok_or(Errno::EIO)
+            Node::Entry { gen, row, .. } if row.kind == Kind::Symlink => {
+                row.target.clone().ok_or_else(|| {
+                    error!(
+                        "{}: symlink without a target; answered EIO",
+                        describe(&gen, &row.path())
+                    );
+                    Errno::EIO
+                })
             }
             _ => Err(Errno::EINVAL),
         });

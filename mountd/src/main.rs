@@ -8,6 +8,7 @@
 //! and current.
 
 mod control;
+mod error;
 mod fs;
 mod gen;
 mod inode_set;
@@ -22,6 +23,7 @@ mod synthetic_listing;
 mod worker;
 
 use clap::Parser;
+use error::DaemonError;
 use fuser::{Config, INodeNo, MountOption, Notifier, Session};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -95,7 +97,7 @@ fn main() {
     match run(args) {
         Ok(()) => {}
         Err(e) => {
-            error!("{e}");
+            error!("{}", error::chain(&e));
             std::process::exit(1);
         }
     }
@@ -125,17 +127,24 @@ fn init_logging() {
         .init();
 }
 
-fn run(args: Args) -> Result<(), String> {
+fn run(args: Args) -> Result<(), DaemonError> {
     block_stop_signals();
-    let location = args.store.location().map_err(|e| strata::cli_chain(&e))?;
+    let location = args.store.location().map_err(DaemonError::Store)?;
     let root = location.local_dir().to_path_buf();
-    let storage = location.open().map_err(|e| strata::cli_chain(&e))?;
-    let store = Store::open(storage).map_err(|e| strata::cli_chain(&e))?;
+    let storage = location.open().map_err(DaemonError::Store)?;
+    let store = Store::open(storage).map_err(DaemonError::Store)?;
     for s in &args.set {
-        strata::store::check_set_name(s).map_err(|e| e.to_string())?;
+        strata::store::check_set_name(s).map_err(|source| DaemonError::SetName {
+            set: s.clone(),
+            source,
+        })?;
     }
-    let mountpoint = strata::mounttab::resolve(&args.mountpoint).map_err(|e| e.to_string())?;
-    if let Some(r) = strata::mounttab::prepare(&mountpoint).map_err(|e| e.to_string())? {
+    let bad_mountpoint = |source| DaemonError::MountPoint {
+        path: args.mountpoint.clone(),
+        source,
+    };
+    let mountpoint = strata::mounttab::resolve(&args.mountpoint).map_err(bad_mountpoint)?;
+    if let Some(r) = strata::mounttab::prepare(&mountpoint).map_err(bad_mountpoint)? {
         warn!(
             "recovered a stale mount at {} (its daemon is gone; connection aborted: {})",
             mountpoint.display(),
@@ -171,8 +180,12 @@ fn run(args: Args) -> Result<(), String> {
             .then(|| Duration::from_secs(args.materialize_max_age_s)),
     };
     let materializer = Arc::new(
-        worker::Materializer::start(gens.store().clone(), policy)
-            .map_err(|e| format!("materialization worker: {e}"))?,
+        worker::Materializer::start(gens.store().clone(), policy).map_err(|source| {
+            DaemonError::Thread {
+                what: "materialization",
+                source,
+            }
+        })?,
     );
     let last_sweep = Arc::new(sweeper::LastSweep::new(
         Duration::from_secs(args.sweep_grace_s),
@@ -190,18 +203,21 @@ fn run(args: Args) -> Result<(), String> {
     // The socket is bound before the mount is made, so no mount of this
     // daemon ever exists without a daemon that answers for it: that is how
     // `strata::mounttab` tells a served mount from a stale one.
-    let socket = control::start(&root, ctx).map_err(|e| format!("control socket: {e}"))?;
+    let socket = control::start(&root, ctx).map_err(|source| DaemonError::ControlSocket {
+        store: root.clone(),
+        source,
+    })?;
     info!("control socket {}", socket.display());
     let session = match Session::new(fs, &mountpoint, &config) {
         Ok(s) => s,
         Err(e) => {
             let _ = std::fs::remove_file(&socket);
             materializer.shutdown(SHUTDOWN_DEADLINE);
-            return Err(format!(
-                "mount {}: {e}{}",
-                mountpoint.display(),
-                mount_hint(&e)
-            ));
+            return Err(DaemonError::Mount {
+                path: mountpoint,
+                hint: mount_hint(&e),
+                source: e,
+            });
         }
     };
     let _ = notifier.set(session.notifier());
@@ -219,7 +235,10 @@ fn run(args: Args) -> Result<(), String> {
     let sweeps = (args.sweep_every_s > 0)
         .then(|| sweeper::spawn(last_sweep, Duration::from_secs(args.sweep_every_s)))
         .transpose()
-        .map_err(|e| format!("sweep thread: {e}"))?;
+        .map_err(|source| DaemonError::Thread {
+            what: "sweep",
+            source,
+        })?;
     info!("serving {} at {}", root.display(), mountpoint.display());
     notify::notify(&format!("READY=1\nMAINPID={}", std::process::id()));
     let served = session_ended(session.run());
@@ -280,14 +299,14 @@ fn spawn_signal_waiter(mountpoint: PathBuf) {
 /// last user of a detached mount goes, the kernel tears the connection down
 /// and a worker reading `/dev/fuse` may see ECONNABORTED instead of ENODEV;
 /// either way the mount is gone and the daemon ends normally.
-fn session_ended(result: std::io::Result<()>) -> Result<(), String> {
+fn session_ended(result: std::io::Result<()>) -> Result<(), DaemonError> {
     match result {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
             info!("the kernel closed the FUSE connection");
             Ok(())
         }
-        Err(e) => Err(format!("session: {e}")),
+        Err(e) => Err(DaemonError::Session(e)),
     }
 }
 

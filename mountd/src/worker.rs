@@ -12,6 +12,7 @@
 //! and otherwise leaves it: an attempt that dies with the process is taken
 //! over on the next start (its lease is released by the kernel).
 
+use crate::error::DaemonError;
 use crate::gen::Gen;
 use std::collections::HashSet;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -53,7 +54,7 @@ impl Policy {
     }
 }
 
-type Reply = mpsc::Sender<Result<Outcome, String>>;
+type Reply = mpsc::Sender<strata::Result<Outcome>>;
 
 struct Job {
     set: String,
@@ -120,14 +121,26 @@ impl Materializer {
         }
     }
 
-    /// An explicit request: queued behind at most one job, answered when done.
+    /// An explicit request, answered with the error's whole chain as text
+    /// (what the control socket's answer carries; see [`Self::materialize`]).
     pub(crate) fn request(
         &self,
         set: &str,
         generation: Option<u64>,
         wait: bool,
     ) -> Result<Outcome, String> {
-        let tx = self.sender().ok_or("the daemon is shutting down")?;
+        self.materialize(set, generation, wait)
+            .map_err(|e| crate::error::chain(&e))
+    }
+
+    /// An explicit request: queued behind at most one job, answered when done.
+    pub(crate) fn materialize(
+        &self,
+        set: &str,
+        generation: Option<u64>,
+        wait: bool,
+    ) -> Result<Outcome, DaemonError> {
+        let tx = self.sender().ok_or(DaemonError::ShuttingDown)?;
         let (reply, answer) = mpsc::channel();
         let job = Job {
             set: set.to_string(),
@@ -135,10 +148,14 @@ impl Materializer {
             wait,
             reply: Some(reply),
         };
-        tx.send(job).map_err(|_| "the daemon is shutting down")?;
-        answer
-            .recv()
-            .map_err(|_| "the worker stopped before answering".to_string())?
+        tx.send(job).map_err(|_| DaemonError::ShuttingDown)?;
+        let outcome = answer.recv().map_err(|_| DaemonError::WorkerGone {
+            set: set.to_string(),
+        })?;
+        outcome.map_err(|source| DaemonError::Materialize {
+            set: set.to_string(),
+            source,
+        })
     }
 
     /// Stop admitting work; wait up to `deadline` for the active pass.
@@ -177,9 +194,7 @@ fn work(store: &Store, rx: Receiver<Job>, settled: &Mutex<HashSet<(String, u64)>
         };
         let result =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| materialize(store, &opts)))
-                .unwrap_or_else(|_| {
-                    Err(strata::Error::Internal("materialization panicked".into()))
-                });
+                .unwrap_or_else(|_| Err(strata::Error::internal("materialization panicked")));
         match &result {
             Ok(o) => {
                 info!(
@@ -208,7 +223,7 @@ fn work(store: &Store, rx: Receiver<Job>, settled: &Mutex<HashSet<(String, u64)>
             ),
         }
         if let Some(reply) = job.reply {
-            let _ = reply.send(result.map_err(|e| strata::cli_chain(&e)));
+            let _ = reply.send(result);
         }
     }
 }

@@ -380,6 +380,93 @@ fn a_corrupt_segment_fails_its_generation_only() {
     );
 }
 
+/// `program args…` run to failure; returns its stderr.
+fn fails(program: &str, args: &[&Path]) -> String {
+    let out = Command::new(program).args(args).output().unwrap();
+    assert!(!out.status.success(), "{program} {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_missing_pack_or_segment_is_eio_and_logged_and_a_missing_name_is_enoent() {
+    let Scratch {
+        _dir,
+        st,
+        mnt,
+        src,
+        store,
+    } = scratch();
+    let lost = _dir.path().join("lost");
+    let other = _dir.path().join("other");
+    write(&src, "small.txt", b"a small file, packed");
+    write(&src, "dir/also.txt", b"another one");
+    commit_dir(&store, "s", &src);
+    let view = strata::compose::GenView::open(&store, "s", None, "test").unwrap();
+    let row = view.lookup(b"small.txt").unwrap().unwrap();
+    assert!(matches!(row.blob, strata::row::BlobLoc::Packed { .. }));
+    drop(view);
+    let s_segments = files_below(&st.join("segments"));
+    let packs = files_below(&st.join("packs"));
+    assert_eq!(packs.len(), 1, "{packs:?}");
+    for i in 0..50 {
+        write(&other, &format!("d/f{i}"), &noise(i, 40));
+    }
+    commit_dir(&store, "t", &other);
+    let t_segments: Vec<PathBuf> = files_below(&st.join("segments"))
+        .into_iter()
+        .filter(|f| !s_segments.contains(f))
+        .collect();
+    assert!(!t_segments.is_empty());
+    let mut m = Mount::start(&st, &mnt);
+    // Both generations are pinned (latest) but nothing of them is read yet.
+    fs::create_dir_all(&lost).unwrap();
+    fs::rename(&packs[0], lost.join(packs[0].file_name().unwrap())).unwrap();
+    let pack_key = packs[0].strip_prefix(&st).unwrap().display().to_string();
+    let small = m.point.join("s/latest/small.txt");
+    let err = fails("cat", &[&small]);
+    assert!(err.contains("Input/output error"), "cat: {err}");
+    assert_eq!(
+        fs::read(&small).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    // A name that does not exist is still ENOENT, in a generation and in
+    // the namespace around it.
+    for absent in ["s/latest/nope", "s/gens/99", "s/tags/nope", "nope"] {
+        let err = fails("ls", &[&m.point.join(absent)]);
+        assert!(err.contains("No such file or directory"), "{absent}: {err}");
+    }
+    // A segment lost under a generation pinned but not yet loaded.
+    for seg in &t_segments {
+        fs::rename(seg, lost.join(seg.file_name().unwrap())).unwrap();
+    }
+    let err = fails("ls", &[&m.point.join("t/gens/1/d")]);
+    assert!(err.contains("Input/output error"), "ls: {err}");
+    m.signal(libc::SIGTERM);
+    let (status, log) = m.wait();
+    assert!(status.success(), "{log}");
+    let pack_lines: Vec<&str> = log.lines().filter(|l| l.contains(&pack_key)).collect();
+    assert_eq!(pack_lines.len(), 2, "one line per failed open:\n{log}");
+    for l in &pack_lines {
+        for part in ["ERROR", "set=s", "gen=1", "path=small.txt", "EIO"] {
+            assert!(l.contains(part), "{part} missing from: {l}");
+        }
+    }
+    let seg_names: Vec<&str> = t_segments
+        .iter()
+        .map(|f| f.file_name().unwrap().to_str().unwrap())
+        .collect();
+    let seg_lines: Vec<&str> = log
+        .lines()
+        .filter(|l| seg_names.iter().any(|n| l.contains(n)))
+        .collect();
+    assert!(!seg_lines.is_empty(), "{log}");
+    for l in &seg_lines {
+        for part in ["ERROR", "set=t", "gen=1", "EIO"] {
+            assert!(l.contains(part), "{part} missing from: {l}");
+        }
+    }
+}
+
 #[test]
 fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
     let Scratch {

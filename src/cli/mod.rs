@@ -436,7 +436,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
 }
 
 fn print_json<T: Serialize>(v: &T) -> Result<i32> {
-    let s = serde_json::to_string_pretty(v).map_err(|e| Error::Internal(e.to_string()))?;
+    let s = serde_json::to_string_pretty(v)
+        .map_err(|e| Error::internal_from("encode the json output", e))?;
     println!("{s}");
     Ok(0)
 }

@@ -138,7 +138,7 @@ fn daemonize(mut cmd: Command, store: &Path, shown: &str, point: &Path) -> Resul
             )));
         }
         if start.elapsed() > READY_TIMEOUT {
-            return Err(Error::Internal(format!(
+            return Err(Error::internal(format!(
                 "mount not ready after {READY_TIMEOUT:?}; see {}",
                 log_path.display()
             )));

@@ -390,7 +390,7 @@ fn observe(
     let pool = rayon::ThreadPoolBuilder::new()
         .thread_name(|i| format!("strata-hash-{i}"))
         .build()
-        .map_err(|e| Error::Internal(e.to_string()))?;
+        .map_err(|e| Error::internal_from("start the hash workers", e))?;
     let (slots, freed) = bounded::<()>(MAX_IN_FLIGHT);
     let dedup: OnceLock<DedupIndex> = OnceLock::new();
     let walked = pool.in_place_scope(|scope| -> Result<WalkStats> {
@@ -430,14 +430,14 @@ fn observe(
     drop(tx);
     let out = sink
         .join()
-        .map_err(|_| Error::Internal("sink thread panicked".into()))??;
+        .map_err(|_| Error::internal("sink thread panicked"))??;
     let mut stats = walked?;
     stats.problems.extend(out.problems);
     Ok((stats, out.journal))
 }
 
 fn sink_gone() -> Error {
-    Error::Internal("ingest sink stopped early".into())
+    Error::internal("ingest sink stopped early")
 }
 
 /// Content index of the parent for deduplication, bounded in entries.

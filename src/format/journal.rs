@@ -63,7 +63,8 @@ impl JournalWriter {
             count: 0,
             buf: Vec::new(),
         };
-        let h = serde_json::to_vec(header).map_err(|e| Error::Internal(e.to_string()))?;
+        let h = serde_json::to_vec(header)
+            .map_err(|e| Error::internal_from("encode the journal header", e))?;
         let mut head = MAGIC.to_vec();
         head.extend_from_slice(&JOURNAL_VERSION.to_le_bytes());
         head.extend_from_slice(&(h.len() as u32).to_le_bytes());

@@ -111,7 +111,8 @@ pub fn is_digest_name(s: &str) -> bool {
 impl Manifest {
     /// Serialize; returns the bytes and their SHA-256 name.
     pub fn encode(&self) -> Result<(Vec<u8>, String)> {
-        let bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
+        let bytes = serde_json::to_vec_pretty(self)
+            .map_err(|e| Error::internal_from("encode a manifest", e))?;
         let name = sha256_hex(&bytes);
         Ok((bytes, name))
     }

@@ -25,7 +25,7 @@ pub struct LatestPointer {
 
 impl LatestPointer {
     pub fn encode(&self) -> Result<Vec<u8>> {
-        serde_json::to_vec(self).map_err(|e| Error::Internal(e.to_string()))
+        serde_json::to_vec(self).map_err(|e| Error::internal_from("encode the latest pointer", e))
     }
 
     pub fn decode(file: &str, bytes: &[u8]) -> Result<LatestPointer> {

@@ -81,7 +81,8 @@ impl IndexRecord {
     }
 
     pub fn encode(&self) -> Result<Vec<u8>> {
-        serde_json::to_vec_pretty(self).map_err(|e| Error::Internal(e.to_string()))
+        serde_json::to_vec_pretty(self)
+            .map_err(|e| Error::internal_from("encode an index record", e))
     }
 
     pub fn decode(file: &str, bytes: &[u8]) -> Result<IndexRecord> {

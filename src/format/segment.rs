@@ -195,7 +195,7 @@ impl SegmentWriter {
     pub fn push(&mut self, row: Row) -> Result<()> {
         if let Some((p, n)) = &self.last_key {
             if crate::row::key_cmp(p, n, &row.parent, &row.name) != std::cmp::Ordering::Less {
-                return Err(Error::Internal(format!(
+                return Err(Error::internal(format!(
                     "segment rows out of order at path=`{}`",
                     crate::row::show(&row.path())
                 )));
@@ -219,17 +219,17 @@ impl SegmentWriter {
         }
         self.tx = None;
         self.join()?;
-        Err(Error::Internal("segment writer stopped early".into()))
+        Err(Error::internal("segment writer stopped early"))
     }
 
     fn join(&mut self) -> Result<Vec<SegmentFile>> {
         let worker = self
             .worker
             .take()
-            .ok_or_else(|| Error::Internal("segment writer already finished".into()))?;
+            .ok_or_else(|| Error::internal("segment writer already finished"))?;
         worker
             .join()
-            .map_err(|_| Error::Internal("segment writer panicked".into()))?
+            .map_err(|_| Error::internal("segment writer panicked"))?
     }
 
     pub fn finish(mut self) -> Result<Vec<SegmentFile>> {
@@ -351,7 +351,8 @@ impl GroupWriter {
             rows: seg.rows,
             groups: seg.groups,
         };
-        let meta_json = serde_json::to_string(&meta).map_err(|e| Error::Internal(e.to_string()))?;
+        let meta_json = serde_json::to_string(&meta)
+            .map_err(|e| Error::internal_from("encode the segment metadata", e))?;
         seg.writer
             .append_key_value_metadata(KeyValue::new(META_KEY.to_string(), meta_json));
         let mut sink = seg
@@ -400,7 +401,7 @@ fn to_batch(rows: &[Row]) -> Result<RecordBatch> {
     let mut ctime = Int64Builder::with_capacity(n);
     let mut uid = UInt32Builder::with_capacity(n);
     let mut gid = UInt32Builder::with_capacity(n);
-    let fsb = |e: arrow_schema::ArrowError| Error::Internal(e.to_string());
+    let fsb = |e: arrow_schema::ArrowError| Error::internal_from("build a segment column", e);
     for r in rows {
         parent.append_value(&r.parent);
         name.append_value(&r.name);
@@ -459,7 +460,8 @@ fn to_batch(rows: &[Row]) -> Result<RecordBatch> {
         Arc::new(uid.finish()),
         Arc::new(gid.finish()),
     ];
-    RecordBatch::try_new(schema(), cols).map_err(|e| Error::Internal(e.to_string()))
+    RecordBatch::try_new(schema(), cols)
+        .map_err(|e| Error::internal_from("assemble a segment row group", e))
 }
 
 /// One group's place in a parsed segment.
@@ -555,7 +557,7 @@ impl Segment {
         let group = self
             .groups
             .get(i)
-            .ok_or_else(|| Error::Internal(format!("group {i} out of range")))?;
+            .ok_or_else(|| Error::internal(format!("group {i} out of range")))?;
         let batches = guard(&self.name, || {
             ParquetRecordBatchReaderBuilder::new_with_metadata(
                 self.bytes.clone(),

@@ -239,7 +239,7 @@ impl Cache {
 
 fn verify(key: &str, file: &Path) -> Result<()> {
     let Some((hash, _)) = named_digest(key) else {
-        return Err(Error::Internal(format!(
+        return Err(Error::internal(format!(
             "not a content-named object: key=`{key}`"
         )));
     };

@@ -474,10 +474,7 @@ impl Storage for LocalStorage {
 
 fn not_found_or_io(e: io::Error, key: &str, path: &Path) -> Error {
     if e.kind() == io::ErrorKind::NotFound {
-        Error::NotFound {
-            what: "object",
-            name: key.to_string(),
-        }
+        Error::missing_object(key)
     } else {
         Error::io("open", path, e)
     }

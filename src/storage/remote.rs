@@ -252,10 +252,7 @@ impl Remote {
 
     fn err(op: &'static str, key: &str, e: object_store::Error) -> Error {
         match e {
-            object_store::Error::NotFound { .. } => Error::NotFound {
-                what: "object",
-                name: key.to_string(),
-            },
+            object_store::Error::NotFound { .. } => Error::missing_object(key),
             e => Error::Remote {
                 op,
                 key: key.to_string(),

@@ -161,10 +161,7 @@ impl S3Storage {
 }
 
 fn not_found(key: &str) -> Error {
-    Error::NotFound {
-        what: "object",
-        name: key.to_string(),
-    }
+    Error::missing_object(key)
 }
 
 fn read_all(file: &File, key: &str, limit: u64) -> Result<Vec<u8>> {

@@ -41,20 +41,22 @@ impl Store {
             version: STORE_VERSION,
             created_ns: crate::token::now_ns(),
         };
-        let bytes =
-            serde_json::to_vec_pretty(&marker).map_err(|e| Error::Internal(e.to_string()))?;
+        let bytes = serde_json::to_vec_pretty(&marker)
+            .map_err(|e| Error::internal_from("encode the store marker", e))?;
         let created = storage.put_if_absent(keys::MARKER, &bytes)? == PutOutcome::Created;
         Ok((Store::open(storage)?, created))
     }
 
     pub fn open(storage: Arc<dyn Storage>) -> Result<Store> {
-        let bytes = storage.get(keys::MARKER, 1 << 20).map_err(|e| match e {
-            Error::NotFound { .. } => Error::Invalid(format!(
-                "no strata store here (run `strata init`): store=`{}`",
-                storage.describe()
-            )),
-            e => e,
-        })?;
+        let bytes = storage
+            .get(keys::MARKER, 1 << 20)
+            .map_err(|e| match e.is_not_found() {
+                true => Error::Invalid(format!(
+                    "no strata store here (run `strata init`): store=`{}`",
+                    storage.describe()
+                )),
+                false => e,
+            })?;
         let _: StoreMarker = parse_versioned(
             "store marker",
             keys::MARKER,
