@@ -171,16 +171,6 @@ impl Error {
         }
     }
 
-    /// Transitional: the tuple-style constructor of the old
-    /// `Internal(String)` variant, for the call site in `src/control.rs`
-    /// (left alone while the control protocol changes there). Use
-    /// [`Error::internal`]; remove this once that call is migrated.
-    #[doc(hidden)]
-    #[allow(non_snake_case)]
-    pub fn Internal(message: String) -> Error {
-        Error::internal(message)
-    }
-
     /// The stored object (key, file or path) whose failure this is, when
     /// the error names one: what a log line should point an operator at.
     pub fn object(&self) -> Option<&str> {

@@ -154,7 +154,11 @@ pub fn occupant(point: &Path) -> Result<Occupant> {
         if !alive(pid) {
             continue;
         }
-        match crate::control::ask_within(&socket, "status", ASK_TIMEOUT) {
+        match crate::control::ask_within(
+            &socket,
+            &crate::control::Command::Status,
+            Some(ASK_TIMEOUT),
+        ) {
             Ok(Some(status)) if serves(&status, &entry) => {
                 return Ok(Occupant::Served { entry, pid });
             }

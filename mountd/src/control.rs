@@ -1,6 +1,7 @@
 //! The control socket: newline-delimited JSON requests and responses
-//! (docs/CONTROL.md). Owns the listener, the per-connection handlers and the
-//! peer check.
+//! (docs/CONTROL.md; the types are `strata::control::protocol`). Owns the
+//! listener, the per-connection handlers and the peer check; a request is
+//! parsed into a `Command` and dispatched with a `match`.
 //!
 //! Each connection has its own thread with a read timeout, so a slow or
 //! malformed client only ever blocks itself; at most [`MAX_CONNECTIONS`] are
@@ -12,8 +13,8 @@ use crate::fs::Stats;
 use crate::gen::Gens;
 use crate::sweeper::LastSweep;
 use crate::worker::Materializer;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
@@ -23,44 +24,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-
-/// Protocol version spoken by this daemon (docs/CONTROL.md).
-pub(crate) const PROTOCOL_VERSION: u32 = 1;
-/// Largest request line accepted.
-pub(crate) const MAX_REQUEST_BYTES: u64 = 1 << 20;
+use strata::control::protocol::{
+    Command, ErrorKind, Failure, MetricsText, Response, SetLatest, Status, Unmounted,
+    MAX_REQUEST_BYTES,
+};
 /// Connections served at once; more are told `busy` and closed.
 const MAX_CONNECTIONS: usize = 16;
 /// A client that sends nothing for this long is disconnected.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Request {
-    version: u32,
-    command: String,
-    /// `materialize`: the set, optional generation (latest) and whether to
-    /// wait for a busy task instead of answering `conflict`.
-    #[serde(default)]
-    set: Option<String>,
-    #[serde(default)]
-    generation: Option<u64>,
-    #[serde(default)]
-    wait: bool,
-    /// `sweep`: grace in milliseconds (default: the daemon's
-    /// `--sweep-grace-s`), plan only, and recount pack live ratios.
-    #[serde(default)]
-    grace_ms: Option<u64>,
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    recount: bool,
-}
-
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    kind: &'a str,
-    message: String,
-}
 
 /// What the handlers need to answer.
 pub(crate) struct Context {
@@ -135,10 +106,9 @@ fn accept_loop(listener: UnixListener, ctx: Arc<Context>) {
         let Ok(stream) = conn else { continue };
         if ctx.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
             ctx.active.fetch_sub(1, Ordering::SeqCst);
-            let _ = reply_error(
+            let _ = reply(
                 &mut &stream,
-                "busy",
-                "too many control connections; retry".into(),
+                &Response::error(ErrorKind::Busy, "too many control connections; retry"),
             );
             continue;
         }
@@ -180,10 +150,12 @@ fn serve(stream: &UnixStream, ctx: &Context) {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     if !matches!(peer_uid(stream), Some(uid) if uid == me || uid == 0) {
-        let _ = reply_error(
+        let _ = reply(
             &mut &*stream,
-            "forbidden",
-            "only the daemon's user or root may use this socket".into(),
+            &Response::error(
+                ErrorKind::Forbidden,
+                "only the daemon's user or root may use this socket",
+            ),
         );
         return;
     }
@@ -204,69 +176,72 @@ fn serve(stream: &UnixStream, ctx: &Context) {
             return;
         }
         if line.len() as u64 > MAX_REQUEST_BYTES {
-            let _ = reply_error(
+            let _ = reply(
                 &mut &*stream,
-                "too-large",
-                format!("request over {MAX_REQUEST_BYTES} bytes"),
+                &Response::error(
+                    ErrorKind::TooLarge,
+                    format!("request over {MAX_REQUEST_BYTES} bytes"),
+                ),
             );
             return;
         }
         let response = catch_unwind(AssertUnwindSafe(|| answer(&line, ctx)))
-            .unwrap_or_else(|_| error_value("internal", "handler panicked".into()));
-        if write_line(&mut &*stream, &response).is_err() {
+            .unwrap_or_else(|_| Response::error(ErrorKind::Internal, "handler panicked"));
+        if reply(&mut &*stream, &response).is_err() {
             return;
         }
     }
 }
 
-fn error_value(kind: &str, message: String) -> Value {
-    json!({ "version": PROTOCOL_VERSION, "ok": false, "error": ErrorBody { kind, message } })
-}
-
-fn write_line(out: &mut impl Write, v: &Value) -> std::io::Result<()> {
-    let mut bytes = serde_json::to_vec(v).map_err(std::io::Error::other)?;
-    bytes.push(b'\n');
-    out.write_all(&bytes)
-}
-
-fn reply_error(out: &mut impl Write, kind: &str, message: String) -> std::io::Result<()> {
-    write_line(out, &error_value(kind, message))
+fn reply(out: &mut impl Write, response: &Response) -> std::io::Result<()> {
+    let mut line = response.to_line();
+    line.push('\n');
+    out.write_all(line.as_bytes())
 }
 
 /// Parse one request line and run it.
-fn answer(line: &[u8], ctx: &Context) -> Value {
-    let req: Request = match serde_json::from_slice(line) {
-        Ok(r) => r,
-        Err(e) => return error_value("invalid-request", format!("not a request: {e}")),
+fn answer(line: &[u8], ctx: &Context) -> Response {
+    let command = match Command::parse(line) {
+        Ok(c) => c,
+        Err(e) => return Response::Err(e.into()),
     };
-    if req.version != PROTOCOL_VERSION {
-        return error_value(
-            "unsupported-version",
-            format!(
-                "protocol version {} is not supported; this daemon speaks {PROTOCOL_VERSION}",
-                req.version
-            ),
-        );
-    }
-    let result = match req.command.as_str() {
-        "status" => status(ctx),
-        "sets" => Ok(json!(sets(ctx))),
-        "pins" => pins(ctx),
-        "refresh" => refresh(ctx),
-        "unmount" => unmount(ctx),
-        "materialize" => materialize(ctx, &req),
-        "tasks" => tasks(ctx),
-        "sweep" => sweep(ctx, &req),
-        "metrics" => Ok(json!({ "text": crate::metrics::render(ctx, rss_bytes()) })),
-        other => return error_value("unknown-command", format!("unknown command `{other}`")),
+    let result = match command {
+        Command::Status => status(ctx),
+        Command::Sets => to_value(sets(ctx)),
+        Command::Pins => pins(ctx),
+        Command::Refresh => refresh(ctx),
+        Command::Unmount => unmount(ctx),
+        Command::Materialize {
+            set,
+            generation,
+            wait,
+        } => materialize(ctx, &set, generation, wait),
+        Command::Tasks => tasks(ctx),
+        Command::Metrics => to_value(MetricsText {
+            text: crate::metrics::render(ctx, rss_bytes()),
+        }),
+        Command::Sweep {
+            grace_ms,
+            dry_run,
+            recount,
+        } => sweep(ctx, grace_ms, dry_run, recount),
     };
     match result {
-        Ok(v) => json!({ "version": PROTOCOL_VERSION, "ok": true, "result": v }),
-        Err((kind, message)) => error_value(kind, message),
+        Ok(v) => Response::Ok(v),
+        Err(f) => Response::Err(f),
     }
 }
 
-type Answer = Result<Value, (&'static str, String)>;
+type Answer = Result<Value, Failure>;
+
+/// A result as the response's JSON.
+fn to_value(result: impl Serialize) -> Answer {
+    serde_json::to_value(result).map_err(|e| Failure::new(ErrorKind::Internal, e.to_string()))
+}
+
+fn internal(e: &strata::Error) -> Failure {
+    Failure::new(ErrorKind::Internal, strata::cli_chain(e))
+}
 
 fn served_sets(ctx: &Context) -> Vec<String> {
     let all = ctx.gens.store().sets().unwrap_or_default();
@@ -275,12 +250,12 @@ fn served_sets(ctx: &Context) -> Vec<String> {
         .collect()
 }
 
-pub(crate) fn sets(ctx: &Context) -> Vec<Value> {
+pub(crate) fn sets(ctx: &Context) -> Vec<SetLatest> {
     served_sets(ctx)
         .into_iter()
-        .map(|s| {
-            let latest = ctx.gens.latest(&s).ok().flatten().map(|g| g.generation);
-            json!({ "set": s, "latest": latest })
+        .map(|set| {
+            let latest = ctx.gens.latest(&set).ok().flatten().map(|g| g.generation);
+            SetLatest { latest, set }
         })
         .collect()
 }
@@ -297,82 +272,77 @@ fn rss_bytes() -> u64 {
 }
 
 fn status(ctx: &Context) -> Answer {
-    Ok(json!({
-        "pid": std::process::id(),
-        "mountpoint": ctx.mountpoint,
-        "fuse_connection": ctx.connection.get(),
-        "uptime_s": ctx.started.elapsed().as_secs(),
-        "sets": sets(ctx),
-        "pinned_generations": ctx.gens.pinned(),
-        "inodes": ctx.stats.inodes.load(Ordering::Relaxed),
-        "open_handles": ctx.stats.handles.load(Ordering::Relaxed),
-        "verified_blobs": ctx.stats.verified.load(Ordering::Relaxed),
-        "verify_failures": ctx.stats.verify_failures.load(Ordering::Relaxed),
-        "lookups": ctx.stats.lookups.load(Ordering::Relaxed),
-        "bare_entries": ctx.stats.bare_entries.load(Ordering::Relaxed),
-        "dir_reads": ctx.stats.dir_reads.load(Ordering::Relaxed),
-        "rss_bytes": rss_bytes(),
-        "last_sweep": ctx.last_sweep.get(),
-        "remote_requests": ctx.gens.store().storage().request_counts(),
-    }))
+    let load = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
+    let remote = ctx.gens.store().storage().request_counts();
+    to_value(Status {
+        bare_entries: load(&ctx.stats.bare_entries),
+        dir_reads: load(&ctx.stats.dir_reads),
+        fuse_connection: ctx.connection.get().copied(),
+        inodes: load(&ctx.stats.inodes),
+        last_sweep: ctx.last_sweep.get(),
+        lookups: load(&ctx.stats.lookups),
+        mountpoint: ctx.mountpoint.clone(),
+        open_handles: load(&ctx.stats.handles),
+        pid: std::process::id(),
+        pinned_generations: ctx.gens.pinned() as u64,
+        remote_requests: remote.map(|c| c.into_iter().map(|(k, n)| (k.to_string(), n)).collect()),
+        rss_bytes: rss_bytes(),
+        sets: sets(ctx),
+        uptime_s: ctx.started.elapsed().as_secs(),
+        verified_blobs: load(&ctx.stats.verified),
+        verify_failures: load(&ctx.stats.verify_failures),
+    })
 }
 
 fn pins(ctx: &Context) -> Answer {
     let mine = format!("pid={}", std::process::id());
-    let all =
-        strata::pin::list(ctx.gens.store()).map_err(|e| ("internal", strata::cli_chain(&e)))?;
-    Ok(json!(all
-        .into_iter()
-        .filter(|p| p.holder.ends_with(&mine))
-        .collect::<Vec<_>>()))
+    let all = strata::pin::list(ctx.gens.store()).map_err(|e| internal(&e))?;
+    to_value(
+        all.into_iter()
+            .filter(|p| p.holder.ends_with(&mine))
+            .collect::<Vec<_>>(),
+    )
 }
 
 fn refresh(ctx: &Context) -> Answer {
     for s in served_sets(ctx) {
-        ctx.gens
-            .refresh(&s)
-            .map_err(|e| ("internal", strata::cli_chain(&e)))?;
+        ctx.gens.refresh(&s).map_err(|e| internal(&e))?;
     }
-    Ok(json!(sets(ctx)))
+    to_value(sets(ctx))
 }
 
-fn materialize(ctx: &Context, req: &Request) -> Answer {
-    let set = req
-        .set
-        .as_deref()
-        .ok_or(("invalid-request", "`materialize` needs `set`".to_string()))?;
-    strata::store::check_set_name(set).map_err(|e| ("invalid-request", e.to_string()))?;
+/// `set` is a valid set name (checked by the parser).
+fn materialize(ctx: &Context, set: &str, generation: Option<u64>, wait: bool) -> Answer {
     let outcome = ctx
         .materializer
-        .request(set, req.generation, req.wait)
-        .map_err(|e| ("failed", e))?;
-    Ok(json!(outcome))
+        .request(set, generation, wait)
+        .map_err(|e| Failure::new(ErrorKind::Failed, e))?;
+    to_value(outcome)
 }
 
-fn sweep(ctx: &Context, req: &Request) -> Answer {
-    let grace = req
-        .grace_ms
-        .map_or(ctx.last_sweep.grace, Duration::from_millis);
+fn sweep(ctx: &Context, grace_ms: Option<u64>, dry_run: bool, recount: bool) -> Answer {
+    let grace = grace_ms.map_or(ctx.last_sweep.grace, Duration::from_millis);
     let report = ctx
         .last_sweep
-        .run(grace, req.dry_run, req.recount)
-        .map_err(|e| ("failed", e))?;
-    Ok(json!(report))
+        .run(grace, dry_run, recount)
+        .map_err(|e| Failure::new(ErrorKind::Failed, e.to_string()))?;
+    to_value(report)
 }
 
 fn tasks(ctx: &Context) -> Answer {
     let all = strata::task::Tasks::new(ctx.gens.store())
         .list()
-        .map_err(|e| ("internal", strata::cli_chain(&e)))?;
-    Ok(json!(all))
+        .map_err(|e| internal(&e))?;
+    to_value(all)
 }
 
 fn unmount(ctx: &Context) -> Answer {
     match strata::mounttab::unmount(&ctx.mountpoint, false) {
-        Ok(()) => Ok(json!({ "unmounted": true })),
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-            Err(("busy", "mount is busy; use `strata unmount --lazy`".into()))
-        }
-        Err(e) => Err(("internal", format!("umount: {e}"))),
+        Ok(()) => to_value(Unmounted { unmounted: true }),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(Failure::new(
+            ErrorKind::Busy,
+            "mount is busy; use `strata unmount --lazy`",
+        )),
+        Err(e) => Err(Failure::new(ErrorKind::Internal, format!("umount: {e}"))),
     }
 }

@@ -6,9 +6,9 @@
 //! FUSE handler holds for long.
 
 use crate::control::Context;
-use serde_json::Value;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
+use strata::control::protocol::SweepSummary;
 
 /// One metric family: its help line, type and samples.
 struct Family<'a> {
@@ -125,10 +125,10 @@ pub(crate) fn render(ctx: &Context, rss_bytes: u64) -> String {
         "The latest generation of each served set.",
     );
     for s in crate::control::sets(ctx) {
-        if let (Some(set), Some(latest)) = (s["set"].as_str(), s["latest"].as_u64()) {
+        if let Some(latest) = s.latest {
             f.sample(
                 "strata_set_latest_generation",
-                &[("set", set)],
+                &[("set", &s.set)],
                 latest as f64,
             );
         }
@@ -136,7 +136,9 @@ pub(crate) fn render(ctx: &Context, rss_bytes: u64) -> String {
     if let Some(counts) = ctx.gens.store().storage().request_counts() {
         remote(&mut f, &counts);
     }
-    last_sweep(&mut f, &ctx.last_sweep.get());
+    if let Some(last) = ctx.last_sweep.get() {
+        last_sweep(&mut f, &last);
+    }
     out
 }
 
@@ -172,35 +174,35 @@ fn remote(f: &mut Family<'_>, counts: &std::collections::BTreeMap<&'static str, 
     );
 }
 
-fn last_sweep(f: &mut Family<'_>, last: &Value) {
-    if last.is_null() {
-        return;
-    }
-    let at = last["at_ns"].as_i64().unwrap_or(0) as f64 / 1e9;
+fn last_sweep(f: &mut Family<'_>, last: &SweepSummary) {
     f.single(
         "strata_sweep_last_run_timestamp_seconds",
         "gauge",
         "When this daemon's last sweep started.",
-        at,
+        last.at_ns() as f64 / 1e9,
     );
-    let failed = if last["error"].is_null() { 0.0 } else { 1.0 };
+    let (failed, deleted, condemned) = match last {
+        SweepSummary::Done {
+            deleted, condemned, ..
+        } => (0.0, deleted.bytes, condemned.bytes),
+        SweepSummary::Failed { .. } => (1.0, 0, 0),
+    };
     f.single(
         "strata_sweep_last_failed",
         "gauge",
         "1 if this daemon's last sweep failed.",
         failed,
     );
-    let tally = |k: &str, field: &str| last[k][field].as_u64().unwrap_or(0) as f64;
     f.single(
         "strata_sweep_last_deleted_bytes",
         "gauge",
         "Bytes the last sweep deleted.",
-        tally("deleted", "bytes"),
+        deleted as f64,
     );
     f.single(
         "strata_sweep_last_condemned_bytes",
         "gauge",
         "Unreachable bytes the last sweep found.",
-        tally("condemned", "bytes"),
+        condemned as f64,
     );
 }

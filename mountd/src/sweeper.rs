@@ -21,22 +21,48 @@
 //! the next sweep. The daemon's memory does not grow with the store it
 //! sweeps.
 
-use serde_json::{json, Value};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use strata::control::protocol::SweepSummary;
+use strata::control::sweep_helper::{SweepAnswer, SweepJob};
 use strata::sweep::SweepReport;
 use tracing::{info, warn};
+
+/// Why a sweep of the daemon did not give a report. The message is the
+/// control socket's `failed` error and `status`'s `last_sweep.error`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SweepError {
+    /// The helper could not be started.
+    #[error("cannot run `{}` to sweep: {error}", bin.display())]
+    Spawn { bin: PathBuf, error: std::io::Error },
+    /// The helper started without its stdin or stdout.
+    #[error("the sweep helper started without its pipes")]
+    NoPipes,
+    /// Writing the request or reading the answer failed.
+    #[error("the sweep helper (pid {pid}) did not answer: {error}")]
+    NoAnswer { pid: u32, error: std::io::Error },
+    /// The helper's stdout closed before it answered.
+    #[error("the sweep helper (pid {pid}) ended during the sweep ({status})")]
+    Ended { pid: u32, status: String },
+    /// The answer line is not a [`SweepAnswer`].
+    #[error("unreadable answer from the sweep helper (pid {pid}): {error}")]
+    Unreadable { pid: u32, error: serde_json::Error },
+    /// The sweep itself failed; the helper's message (`strata sweep`'s).
+    #[error("{0}")]
+    Sweep(String),
+}
 
 /// The outcome of the daemon's latest sweep (scheduled or requested), the
 /// grace its sweeps use unless a request names one, how the helper opens
 /// the store, and the helper once started.
 pub(crate) struct LastSweep {
-    last: Mutex<Option<Value>>,
+    last: Mutex<Option<SweepSummary>>,
     pub(crate) grace: Duration,
     store_args: Vec<OsString>,
     helper: Mutex<Option<Helper>>,
@@ -52,15 +78,15 @@ impl LastSweep {
         }
     }
 
-    pub(crate) fn get(&self) -> Value {
+    /// How the latest (not dry-run) sweep ended; `None` before the first.
+    pub(crate) fn get(&self) -> Option<SweepSummary> {
         self.last
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-            .unwrap_or(Value::Null)
     }
 
-    fn set(&self, v: Value) {
+    fn set(&self, v: SweepSummary) {
         *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(v);
     }
 
@@ -70,16 +96,22 @@ impl LastSweep {
         grace: Duration,
         dry_run: bool,
         recount: bool,
-    ) -> Result<SweepReport, String> {
-        let at = strata::token::now_ns();
-        let job = json!({ "grace_ms": grace.as_millis() as u64, "dry_run": dry_run,
-            "recount": recount });
-        let outcome = self.ask_helper(&job);
+    ) -> Result<SweepReport, SweepError> {
+        let at_ns = strata::token::now_ns();
+        let outcome = self.ask_helper(&SweepJob::new(grace, dry_run, recount));
         if !dry_run {
             self.set(match &outcome {
-                Ok(r) => json!({ "at_ns": at, "epoch": r.epoch, "deleted": r.deleted,
-                    "condemned": r.condemned, "deferred": r.deferred }),
-                Err(msg) => json!({ "at_ns": at, "error": msg }),
+                Ok(r) => SweepSummary::Done {
+                    at_ns,
+                    condemned: r.condemned,
+                    deferred: r.deferred.clone(),
+                    deleted: r.deleted,
+                    epoch: r.epoch,
+                },
+                Err(e) => SweepSummary::Failed {
+                    at_ns,
+                    error: e.to_string(),
+                },
             });
         }
         outcome
@@ -88,7 +120,7 @@ impl LastSweep {
     /// Send `job` to the helper (started first if there is none or it
     /// ended) and read its answer. A helper that fails to answer is let go,
     /// and the next sweep starts another.
-    fn ask_helper(&self, job: &Value) -> Result<SweepReport, String> {
+    fn ask_helper(&self, job: &SweepJob) -> Result<SweepReport, SweepError> {
         let mut slot = self.helper.lock().unwrap_or_else(PoisonError::into_inner);
         if slot.as_mut().is_some_and(|h| !h.alive()) {
             *slot = None;
@@ -101,14 +133,9 @@ impl LastSweep {
         if answer.is_err() {
             *slot = None;
         }
-        let answer = answer?;
-        match answer["ok"].as_bool() {
-            Some(true) => serde_json::from_value(answer["report"].clone())
-                .map_err(|e| format!("unreadable report from the sweep helper: {e}")),
-            _ => Err(answer["error"]
-                .as_str()
-                .unwrap_or("the sweep helper failed without saying why")
-                .to_string()),
+        match answer? {
+            SweepAnswer::Report(r) => Ok(*r),
+            SweepAnswer::Failed(message) => Err(SweepError::Sweep(message)),
         }
     }
 }
@@ -122,19 +149,22 @@ struct Helper {
 }
 
 impl Helper {
-    fn start(store_args: &[OsString]) -> Result<Helper, String> {
+    fn start(store_args: &[OsString]) -> Result<Helper, SweepError> {
         let bin = strata::sibling_binary("strata");
-        let mut child = Command::new(&bin)
+        let mut child = match Command::new(&bin)
             .args(store_args)
             .args(["sweep", "--in-process", "--serve"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot run `{}` to sweep: {e}", bin.display()))?;
+        {
+            Ok(c) => c,
+            Err(error) => return Err(SweepError::Spawn { bin, error }),
+        };
         let (Some(input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             let _ = child.wait();
-            return Err("the sweep helper started without its pipes".into());
+            return Err(SweepError::NoPipes);
         };
         info!("sweep helper started: pid {}", child.id());
         Ok(Helper {
@@ -148,24 +178,21 @@ impl Helper {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    fn ask(&mut self, job: &Value) -> Result<Value, String> {
+    fn ask(&mut self, job: &SweepJob) -> Result<SweepAnswer, SweepError> {
         let pid = self.child.id();
         let mut line = String::new();
-        writeln!(self.input, "{job}")
+        writeln!(self.input, "{}", job.to_line())
             .and_then(|()| self.input.flush())
             .and_then(|()| self.output.read_line(&mut line))
-            .map_err(|e| format!("the sweep helper (pid {pid}) did not answer: {e}"))?;
+            .map_err(|error| SweepError::NoAnswer { pid, error })?;
         if line.is_empty() {
             let status = self
                 .child
                 .wait()
                 .map_or_else(|e| e.to_string(), |s| s.to_string());
-            return Err(format!(
-                "the sweep helper (pid {pid}) ended during the sweep ({status})"
-            ));
+            return Err(SweepError::Ended { pid, status });
         }
-        serde_json::from_str(&line)
-            .map_err(|e| format!("unreadable answer from the sweep helper (pid {pid}): {e}"))
+        SweepAnswer::parse(&line).map_err(|error| SweepError::Unreadable { pid, error })
     }
 }
 

@@ -3,12 +3,12 @@
 
 use super::{print_json, render, JsonArg};
 use clap::Args;
-use serde::Deserialize;
 use std::io::{BufRead, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::time::Duration;
 use strata::control;
+use strata::control::sweep_helper::{SweepAnswer, SweepJob};
 use strata::error::{Error, Result};
 use strata::residue::LeaseInfo;
 use strata::retain::Policy;
@@ -66,16 +66,6 @@ pub(crate) struct SweepArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
-}
-
-/// One request to `strata sweep --serve`.
-#[derive(Deserialize)]
-struct SweepJob {
-    grace_ms: u64,
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    recount: bool,
 }
 
 /// `90s`, `15m`, `12h`, `7d`, `2w`, or plain seconds.
@@ -149,13 +139,14 @@ pub(crate) fn sweep(store: &Store, root: &Path, a: SweepArgs) -> Result<i32> {
 
 fn run_sweep(store: &Store, root: &Path, grace: Duration, a: &SweepArgs) -> Result<SweepReport> {
     if !a.in_process {
-        let request = serde_json::json!({"command": "sweep",
-            "grace_ms": grace.as_millis() as u64, "dry_run": a.dry_run, "recount": a.recount});
+        let request = control::Command::Sweep {
+            grace_ms: Some(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
+            dry_run: a.dry_run,
+            recount: a.recount,
+        };
         for socket in control::sockets(root) {
-            if let Some(v) = control::ask_request(&socket, &request, None)? {
-                return serde_json::from_value(v).map_err(|e| {
-                    Error::corrupt("control reply", socket.display().to_string(), e.to_string())
-                });
+            if let Some(report) = control::ask_as(&socket, &request, None)? {
+                return Ok(report);
             }
         }
     }
@@ -200,12 +191,11 @@ fn serve(store: &Store) -> Result<i32> {
         {
             return Ok(0);
         }
-        let answer = match serde_json::from_str::<SweepJob>(&line) {
+        let answer = match SweepJob::parse(&line) {
             Ok(job) => serve_one(store, &holder, job),
-            Err(e) => serde_json::json!({"ok": false,
-                "error": format!("unreadable sweep request: {e}")}),
+            Err(e) => SweepAnswer::Failed(format!("unreadable sweep request: {e}")),
         };
-        writeln!(out, "{answer}")
+        writeln!(out, "{}", answer.to_line())
             .and_then(|()| out.flush())
             .map_err(|e| Error::io("answer a sweep request", "stdout", e))?;
     }
@@ -240,16 +230,16 @@ fn give_back_memory() {
     }
 }
 
-fn serve_one(store: &Store, holder: &str, job: SweepJob) -> serde_json::Value {
+fn serve_one(store: &Store, holder: &str, job: SweepJob) -> SweepAnswer {
     let opts = SweepOptions {
-        grace: Duration::from_millis(job.grace_ms),
+        grace: job.grace(),
         dry_run: job.dry_run,
         holder: holder.to_string(),
         recount: job.recount,
     };
     match strata::sweep::sweep(&store.reopened(), &opts) {
-        Ok(report) => serde_json::json!({"ok": true, "report": report}),
-        Err(e) => serde_json::json!({"ok": false, "error": strata::cli_chain(&e)}),
+        Ok(report) => SweepAnswer::Report(Box::new(report)),
+        Err(e) => SweepAnswer::Failed(strata::cli_chain(&e)),
     }
 }
 

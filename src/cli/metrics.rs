@@ -3,7 +3,8 @@
 
 use std::io::Write;
 use std::path::Path;
-use strata::control::{ask, sockets};
+use strata::control::protocol::MetricsText;
+use strata::control::{ask_as, sockets, Command, TIMEOUT};
 use strata::error::{Error, Result};
 
 /// `strata metrics`: each running daemon's metrics, as Prometheus text,
@@ -12,10 +13,9 @@ pub(crate) fn metrics(store: &Path) -> Result<i32> {
     let mut out = std::io::stdout().lock();
     let mut answered = 0;
     for socket in sockets(store) {
-        let Some(v) = ask(&socket, "metrics")? else {
+        let Some(MetricsText { text }) = ask_as(&socket, &Command::Metrics, Some(TIMEOUT))? else {
             continue;
         };
-        let text = v["text"].as_str().unwrap_or_default();
         let _ = writeln!(out, "# strata-mountd {}\n{text}", socket.display());
         answered += 1;
     }

@@ -822,13 +822,14 @@ fn run_materialize(
     in_process: bool,
 ) -> Result<strata::materialize::Outcome> {
     if !opts.plan_only && !in_process {
-        let request = serde_json::json!({"command": "materialize", "set": opts.set,
-            "generation": opts.generation, "wait": opts.wait});
+        let request = control::Command::Materialize {
+            set: opts.set.clone(),
+            generation: opts.generation,
+            wait: opts.wait,
+        };
         for socket in control::sockets(root) {
-            if let Some(v) = control::ask_request(&socket, &request, None)? {
-                return serde_json::from_value(v).map_err(|e| {
-                    Error::corrupt("control reply", socket.display().to_string(), e.to_string())
-                });
+            if let Some(outcome) = control::ask_as(&socket, &request, None)? {
+                return Ok(outcome);
             }
         }
     }

@@ -87,7 +87,7 @@ fn set_status(
 pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
     let mut daemons = Vec::new();
     for socket in control::sockets(root) {
-        if let Some(v) = control::ask(&socket, "status")? {
+        if let Some(v) = control::ask(&socket, &control::Command::Status)? {
             daemons.push(serde_json::json!({ "socket": socket, "status": v }));
         }
     }

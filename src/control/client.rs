@@ -1,16 +1,16 @@
 //! Client side of the control socket (docs/CONTROL.md): find the daemons of
-//! a store without flags and ask them. Used by the CLI and by the mount
-//! table's check of whether a daemon still serves a mount.
+//! a store without flags and send them [`Command`]s. Used by the CLI and by
+//! the mount table's check of whether a daemon still serves a mount.
 
+use super::protocol::{Command, Response};
 use crate::error::{Error, Result};
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Protocol version this client speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
 /// How long [`ask`] waits for a reply.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -33,26 +33,32 @@ pub fn sockets(store: &Path) -> Vec<PathBuf> {
 }
 
 /// Send one command; `Ok(None)` when nobody listens (a stale socket).
-pub fn ask(socket: &Path, command: &str) -> Result<Option<Value>> {
-    ask_within(socket, command, TIMEOUT)
+pub fn ask(socket: &Path, command: &Command) -> Result<Option<Value>> {
+    ask_within(socket, command, Some(TIMEOUT))
 }
 
-/// [`ask`] with its own reply timeout.
-pub fn ask_within(socket: &Path, command: &str, timeout: Duration) -> Result<Option<Value>> {
-    let request = json!({ "version": PROTOCOL_VERSION, "command": command });
-    ask_request(socket, &request, Some(timeout))
-}
-
-/// Send one request (its `version` is set here); wait for the reply up to
-/// `timeout` (`None`: as long as the daemon works on it).
-pub fn ask_request(
+/// Send one command and read its result as `T`.
+pub fn ask_as<T: DeserializeOwned>(
     socket: &Path,
-    request: &Value,
+    command: &Command,
+    timeout: Option<Duration>,
+) -> Result<Option<T>> {
+    let Some(v) = ask_within(socket, command, timeout)? else {
+        return Ok(None);
+    };
+    serde_json::from_value(v)
+        .map(Some)
+        .map_err(|e| reply_corrupt(socket, command, e))
+}
+
+/// Send one command; wait for the reply up to `timeout` (`None`: as long
+/// as the daemon works on it). A daemon's refusal is `Error::Conflict`
+/// with its message.
+pub fn ask_within(
+    socket: &Path,
+    command: &Command,
     timeout: Option<Duration>,
 ) -> Result<Option<Value>> {
-    let mut request = request.clone();
-    request["version"] = json!(PROTOCOL_VERSION);
-    let command = request["command"].as_str().unwrap_or("?").to_string();
     let stream = match UnixStream::connect(socket) {
         Ok(s) => s,
         Err(e)
@@ -66,25 +72,33 @@ pub fn ask_request(
     stream
         .set_read_timeout(timeout)
         .map_err(|e| Error::io("socket", socket, e))?;
-    let mut line = serde_json::to_vec(&request).map_err(|e| Error::Internal(e.to_string()))?;
-    line.push(b'\n');
+    let mut line = command.to_line();
+    line.push('\n');
     (&stream)
-        .write_all(&line)
+        .write_all(line.as_bytes())
         .map_err(|e| Error::io("write", socket, e))?;
     let mut reply = String::new();
     BufReader::new(&stream)
         .read_line(&mut reply)
         .map_err(|e| Error::io("read", socket, e))?;
-    let v: Value = serde_json::from_str(&reply).map_err(|e| {
-        Error::corrupt("control reply", socket.display().to_string(), e.to_string())
-    })?;
-    if v["ok"] != true {
-        return Err(Error::Conflict(format!(
-            "daemon refused `{command}`: {}",
-            v["error"]["message"].as_str().unwrap_or("no message")
-        )));
+    let response: Response =
+        serde_json::from_str(&reply).map_err(|e| reply_corrupt(socket, command, e))?;
+    match response {
+        Response::Ok(v) => Ok(Some(v)),
+        Response::Err(f) => Err(Error::Conflict(format!(
+            "daemon refused `{}`: {}",
+            command.name(),
+            f.message
+        ))),
     }
-    Ok(Some(v["result"].clone()))
+}
+
+fn reply_corrupt(socket: &Path, command: &Command, e: serde_json::Error) -> Error {
+    Error::corrupt(
+        "control reply",
+        socket.display().to_string(),
+        format!("`{}`: {e}", command.name()),
+    )
 }
 
 /// Wait until the daemon with `pid` has its socket bound.
