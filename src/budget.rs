@@ -19,8 +19,7 @@ use crate::format::parse_versioned;
 use crate::store::keys;
 use crate::Store;
 use serde::{Deserialize, Serialize};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
@@ -124,24 +123,10 @@ fn invariant_floor_in_range(budget: &Budget) -> Result<()> {
     )))
 }
 
-/// Free and total bytes of the filesystem holding `dir`.
-pub fn filesystem_space(dir: &Path) -> Result<(u64, u64)> {
-    let path = CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| Error::Invalid(format!("path with NUL: {}", dir.display())))?;
-    // SAFETY: statvfs writes into the zeroed struct we pass; `path` is a
-    // valid NUL-terminated string.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-        return Err(Error::io("statvfs", dir, std::io::Error::last_os_error()));
-    }
-    let unit = st.f_frsize as u64;
-    Ok((st.f_bavail as u64 * unit, st.f_blocks as u64 * unit))
-}
-
 /// Bytes the store's objects take (manifests, segments, packs, blobs).
 pub fn store_bytes(store: &Store) -> Result<u64> {
     let mut total = 0;
-    for top in ["manifests", "segments", "packs", "blobs"] {
+    for top in keys::OBJECT_DIRS {
         total += dir_bytes(store, top)?;
     }
     Ok(total)
@@ -177,7 +162,7 @@ impl Admission {
     /// The budget of `store` for work writing into `dir` (its staging).
     pub fn new(store: &Store, dir: &Path) -> Result<Admission> {
         let budget = load(store)?;
-        let (_, total) = filesystem_space(dir)?;
+        let (_, total) = crate::os::filesystem_space(dir)?;
         let floor = budget
             .min_free_bytes
             .unwrap_or((total as f64 * budget.min_free_percent / 100.0) as u64);
@@ -199,7 +184,7 @@ impl Admission {
         let (total, reading) = &mut *state;
         let (free, since) = match *reading {
             Some((free, since)) if since.saturating_add(need) <= RECHECK_BYTES => (free, since),
-            _ => (filesystem_space(&self.dir)?.0, 0),
+            _ => (crate::os::filesystem_space(&self.dir)?.0, 0),
         };
         let available = free.saturating_sub(since).saturating_sub(self.floor);
         if need > available || free < self.floor {

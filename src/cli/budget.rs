@@ -37,7 +37,7 @@ pub(crate) fn budget(store: &Store, root: &std::path::Path, a: BudgetArgs) -> Re
             Ok(b)
         })?;
     }
-    let (free, total) = budget::filesystem_space(root)?;
+    let (free, total) = strata::os::filesystem_space(root)?;
     let used = budget::store_bytes(store)?;
     if a.json {
         return print_json(&serde_json::json!({ "budget": b, "free_bytes": free,

@@ -10,8 +10,8 @@ use std::time::Duration;
 use strata::control;
 use strata::control::sweep_helper::{SweepAnswer, SweepJob};
 use strata::error::{Error, Result};
-use strata::residue::LeaseInfo;
 use strata::retain::Policy;
+use strata::sweep::residue::LeaseInfo;
 use strata::sweep::{SweepOptions, SweepReport};
 use strata::Store;
 
@@ -157,9 +157,9 @@ fn run_sweep(store: &Store, root: &Path, grace: Duration, a: &SweepArgs) -> Resu
         recount: a.recount,
     };
     if a.background {
-        strata::sweep::background_process();
+        strata::os::background_process();
     }
-    strata::sweep::yield_cpu();
+    strata::os::yield_cpu();
     strata::sweep::sweep(store, &opts)
 }
 
@@ -170,8 +170,8 @@ fn run_sweep(store: &Store, root: &Path, grace: Duration, a: &SweepArgs) -> Resu
 /// sweeps themselves: docs/BENCHMARKS.md, "Sweep"). Ends when stdin closes,
 /// as it does when the daemon goes.
 fn serve(store: &Store) -> Result<i32> {
-    strata::sweep::background_process();
-    strata::sweep::yield_cpu();
+    strata::os::background_process();
+    strata::os::yield_cpu();
     let holder = format!("strata sweep --serve pid={}", std::process::id());
     let stdin = std::io::stdin()
         .as_fd()
@@ -308,7 +308,7 @@ fn print_report(r: &SweepReport) {
 }
 
 pub(crate) fn leases(store: &Store, a: JsonArg) -> Result<i32> {
-    let items = strata::residue::scan_all(store)?;
+    let items = strata::sweep::residue::scan_all(store)?;
     if a.json {
         return print_json(&items);
     }

@@ -19,6 +19,8 @@ pub const STAGING: &str = "staging";
 pub const SWEEPER_LEASE: &str = "sweep/SWEEPER.lease";
 /// Held by a sweep's deletion batch; writers wait while it is held.
 pub const DELETING_LEASE: &str = "sweep/DELETING.lease";
+/// Directories of content-named objects (what a store's size counts).
+pub const OBJECT_DIRS: [&str; 4] = ["manifests", "segments", "packs", "blobs"];
 /// Sweep epochs: reports and condemned lists.
 pub const EPOCH_DIR: &str = "sweep/epochs";
 
