@@ -25,44 +25,32 @@
 //! attempt + 1, its staging removed. A takeover after OUTPUT_READY reuses the
 //! recorded, re-verified output instead of writing a second copy.
 
+mod fold;
+mod plan;
+mod repack;
+mod verify;
+
 use crate::compose::{GenView, Representation};
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
 use crate::format::manifest::RepKind;
-use crate::format::record::{IndexRecord, RepRecord, State};
-use crate::identity::IdentityHasher;
+use crate::format::record::{RepRecord, State};
 use crate::index::GenIndex;
-use crate::liveness::FrameUse;
-use crate::pack_writer::RollingPacks;
-use crate::rep_writer::{store_manifest, RepHead, RepWriter};
-use crate::row::{BlobLoc, Row};
 use crate::staging::Staging;
 use crate::storage::fence;
 use crate::store::{keys, Store};
-use crate::task::{
-    Bounds, SourceRep, Target, TaskRecord, TaskState, Tasks, MAX_ATTEMPTS, TASK_TAG, TASK_VERSION,
-};
+use crate::task::{TaskRecord, TaskState, Tasks, MAX_ATTEMPTS};
+use fold::fold;
+use plan::{pending_task, plan};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
 use std::time::Duration;
+use verify::verify_output;
 
-/// Memory the fold may use (recorded in the plan; the fold itself holds one
-/// decoded row group per input and one output group).
-const FOLD_BUDGET: u64 = 64 << 20;
 /// How often a waiting caller re-reads a task someone else works on.
 const POLL: Duration = Duration::from_millis(200);
-/// Blobs relocated per task at most (bounds the relocation map).
-const REPACK_MAX_BLOBS: usize = 500_000;
 
 /// What a missing or changed source is reported as (SOURCE_RETIRED).
 const SOURCE_GONE: &str = "planned source representation";
-/// Tasks planned per generation representation at most (a task that ended
-/// FAILED, CANCELLED or SOURCE_RETIRED is followed by a new one).
-const MAX_PLANS: u32 = 100;
-
-/// Where repacked blobs now live, by digest.
-type Relocated = HashMap<[u8; 32], BlobLoc>;
-
 /// What to materialize.
 #[derive(Debug, Clone)]
 pub struct MaterializeOptions {
@@ -138,126 +126,6 @@ fn outcome(t: &TaskRecord) -> Outcome {
         attempt: t.attempt,
         manifest: t.output.clone(),
         rows: t.progress_rows,
-    }
-}
-
-/// An unfinished task for (`set`, `generation`): one that died after the
-/// new representation became readable still needs its final records.
-fn pending_task(store: &Store, set: &str, generation: u64) -> Result<Option<String>> {
-    let tasks = Tasks::new(store).list()?;
-    Ok(tasks
-        .into_iter()
-        .find(|t| t.set == set && t.target.generation == generation && !t.state.is_final())
-        .map(|t| t.id))
-}
-
-/// The task id: the target and the exact source it reads, so planning the
-/// same work twice finds the existing task.
-fn task_id(set: &str, generation: u64, source_manifest: &str) -> String {
-    let set: String = set
-        .bytes()
-        .map(|b| match b.is_ascii_alphanumeric() {
-            true => b as char,
-            false => '-',
-        })
-        .collect();
-    format!(
-        "materialize-{set}-{generation}-{}",
-        source_manifest.get(..16).unwrap_or(source_manifest)
-    )
-}
-
-fn numbered(first: &str, n: u32) -> String {
-    match n {
-        1 => first.to_string(),
-        n => format!("{first}-r{n}"),
-    }
-}
-
-/// Ended without publishing: a new task may be planned after it.
-fn ended_unpublished(t: &TaskRecord) -> bool {
-    t.state.is_final() && t.state != TaskState::Published
-}
-
-/// The task for a source: a live or published one, or the id a new one gets.
-enum Slot {
-    Existing(Box<TaskRecord>),
-    Free(String),
-}
-
-fn task_slot(tasks: &Tasks, record: &IndexRecord, manifest: &str) -> Result<Slot> {
-    let first = task_id(&record.set, record.generation, manifest);
-    for n in 1..=MAX_PLANS {
-        let id = numbered(&first, n);
-        match tasks.newest(&id)? {
-            None => return Ok(Slot::Free(id)),
-            Some(t) if ended_unpublished(&t) => continue,
-            Some(t) => return Ok(Slot::Existing(Box::new(t))),
-        }
-    }
-    Err(Error::Conflict(format!(
-        "{MAX_PLANS} tasks for this generation ended without publishing: set=`{}` gen={}",
-        record.set, record.generation
-    )))
-}
-
-/// The PLANNED task for `record` (or the existing task for the same target
-/// and source); `None` when the generation already reads from a base.
-fn plan(store: &Store, record: &IndexRecord) -> Result<Option<TaskRecord>> {
-    let rep = record.read_rep().ok_or_else(|| {
-        Error::corrupt("index record", &record.set, "no committed representation")
-    })?;
-    if rep.kind == RepKind::Base {
-        return Ok(None);
-    }
-    let tasks = Tasks::new(store);
-    let id = match task_slot(&tasks, record, &rep.manifest)? {
-        Slot::Existing(t) => return Ok(Some(*t)),
-        Slot::Free(id) => id,
-    };
-    let top = Representation::open(store, &rep.manifest)?;
-    let base_name = top
-        .manifest
-        .base
-        .as_ref()
-        .map(|b| b.manifest.clone())
-        .ok_or_else(|| Error::corrupt("manifest", &rep.manifest, "delta without a base"))?;
-    let base = Representation::open(store, &base_name)?;
-    let source = |r: &Representation| SourceRep {
-        kind: r.kind(),
-        manifest: r.manifest_name.clone(),
-        identity: r.manifest.identity.clone(),
-        segments: r.manifest.segments.iter().map(|s| s.name.clone()).collect(),
-        packs: r.manifest.packs.iter().map(|p| p.name.clone()).collect(),
-    };
-    let planned = TaskRecord {
-        tag: TASK_TAG.into(),
-        version: TASK_VERSION,
-        id,
-        record: 1,
-        set: record.set.clone(),
-        sources: vec![source(&base), source(&top)],
-        target: Target {
-            generation: record.generation,
-            representation: RepKind::Base,
-        },
-        bounds: Bounds {
-            rows_in: base.manifest.counts.rows + top.manifest.counts.rows,
-            budget_bytes: FOLD_BUDGET,
-        },
-        state: TaskState::Planned,
-        attempt: 0,
-        owner: None,
-        output: None,
-        retry_at_ns: None,
-        last_error: None,
-        progress_rows: 0,
-        written_ns: crate::token::now_ns(),
-    };
-    match tasks.put(&planned) {
-        Ok(()) => Ok(Some(planned)),
-        Err(Error::Conflict(_)) => tasks.newest(&planned.id),
-        Err(e) => Err(e),
     }
 }
 
@@ -547,219 +415,4 @@ fn check_sources(store: &Store, t: &TaskRecord, view: &GenView) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Fold the view into a base in staging, move it to its final names and
-/// verify it; returns the manifest name and the rows written.
-fn fold(store: &Store, t: &TaskRecord, view: &GenView, staging: &Staging) -> Result<(String, u64)> {
-    let relocated = repack(store, view, staging)?;
-    let mut writer = RepWriter::new(&staging.dir.join("segments"))?;
-    let mut rows = view.rows()?;
-    while let Some(mut r) = rows.next_row()? {
-        if let Some(loc) = r.digest.and_then(|d| relocated.get(&d)) {
-            r.blob = *loc;
-        }
-        writer.live(&r);
-        writer.write(r)?;
-    }
-    let staged = writer.finish()?;
-    store.failpoints().hit(Step::Folded)?;
-    if staged.identity != view.pin.record.identity {
-        return Err(Error::corrupt(
-            "materialized rows",
-            &t.id,
-            "identity differs from the generation's",
-        ));
-    }
-    let segments = staged.store_segments(store)?;
-    let manifest = staged.manifest(store, base_head(view), segments)?;
-    let name = store_manifest(store, &manifest)?;
-    let rows = verify_output(store, &name, view)?;
-    Ok((name, rows))
-}
-
-/// The generation's sparse packs that rows still use: their live frames
-/// are rewritten (`crate::liveness`, the rule the sweep reports by).
-fn sparse_packs(store: &Store, view: &GenView) -> Result<HashSet<[u8; 32]>> {
-    let reps = || std::iter::once(&view.base).chain(&view.delta);
-    if reps().all(|rep| rep.manifest.packs.is_empty()) {
-        return Ok(HashSet::new());
-    }
-    let mut used = FrameUse::default();
-    let mut rows = view.rows()?;
-    while let Some(r) = rows.next_row()? {
-        used.add(r.blob);
-    }
-    let mut sparse = HashSet::new();
-    let mut listed = HashSet::new();
-    for p in reps().flat_map(|rep| rep.manifest.packs.iter()) {
-        let Some(name) = hex::decode(&p.name)
-            .ok()
-            .and_then(|b| <[u8; 32]>::try_from(b).ok())
-        else {
-            continue;
-        };
-        if !listed.insert(name) {
-            continue;
-        }
-        let pack = used.pack_use(store, name, p.size);
-        if pack.live > 0 && pack.is_sparse() {
-            sparse.insert(name);
-        }
-    }
-    Ok(sparse)
-}
-
-/// Copy the live frames of sparse packs into new packs (verified on the
-/// way) and say where each relocated blob now lives.
-fn repack(store: &Store, view: &GenView, staging: &Staging) -> Result<Relocated> {
-    let sparse = sparse_packs(store, view)?;
-    let mut relocated = Relocated::new();
-    if sparse.is_empty() {
-        return Ok(relocated);
-    }
-    let mut out = RollingPacks::new(store, &staging.dir.join("repack"))?;
-    let mut rows = view.rows()?;
-    while let Some(r) = rows.next_row()? {
-        let (BlobLoc::Packed { pack, codec, .. }, Some(d)) = (r.blob, r.digest) else {
-            continue;
-        };
-        let seen = relocated.contains_key(&d) || out.pending(|p| *p == d);
-        if !sparse.contains(&pack)
-            || seen
-            || relocated.len() + out.pending_count() >= REPACK_MAX_BLOBS
-        {
-            continue;
-        }
-        let frame = crate::blob::packed_frame(store, &r)?;
-        relocated.extend(out.append(d, d, codec, r.size, &frame)?);
-    }
-    relocated.extend(out.seal()?);
-    Ok(relocated)
-}
-
-/// The new base keeps the generation's bindings, instant and message.
-fn base_head(view: &GenView) -> RepHead {
-    let top = &view.top().manifest;
-    RepHead {
-        set: top.set.clone(),
-        generation: top.generation,
-        representation: RepKind::Base,
-        base: None,
-        parent: top.parent.clone(),
-        observed_ns: top.observed_ns,
-        message: top.message.clone(),
-        journal: None,
-    }
-}
-
-/// Re-read an output representation: the manifest and every segment parse
-/// and match their digests, rows ascend strictly, relocated frames match
-/// their digests, and the recomputed identity and counts equal the
-/// generation's. Returns the row count.
-fn verify_output(store: &Store, manifest: &str, view: &GenView) -> Result<u64> {
-    let rep = Representation::open(store, manifest)?;
-    let bad = |check: &str| Error::corrupt("materialized base", manifest, check.to_string());
-    if rep.kind() != RepKind::Base || rep.manifest.generation != view.generation() {
-        return Err(bad("not a base of this generation"));
-    }
-    // Frames in packs the sources do not list were relocated by this task:
-    // each is read back and checked against its row's digest.
-    let source_packs: HashSet<[u8; 32]> = std::iter::once(&view.base)
-        .chain(&view.delta)
-        .flat_map(|r| r.manifest.packs.iter())
-        .filter_map(|p| hex::decode(&p.name).ok()?.try_into().ok())
-        .collect();
-    let check = |seg| check_segment(store, &rep, seg, &source_packs, &bad);
-    let mut hasher = IdentityHasher::new();
-    let mut last: Option<Row> = None;
-    let mut n = 0u64;
-    let segments: Vec<usize> = (0..rep.segment_count()).collect();
-    for batch in segments.chunks(VERIFY_PARALLEL) {
-        for checked in check_parallel(batch, &check) {
-            let checked = checked?;
-            let joins = match (&last, &checked.first) {
-                (Some(l), Some(f)) => l.key_cmp(f).is_lt(),
-                _ => true,
-            };
-            if !joins {
-                return Err(bad("rows out of key order"));
-            }
-            hasher.push_encoded(&checked.encoded);
-            n += checked.rows;
-            last = checked.last.or(last);
-        }
-    }
-    if hasher.finish() != view.pin.record.identity || n != rep.manifest.counts.rows {
-        return Err(bad("identity or row count differs"));
-    }
-    Ok(n)
-}
-
-/// Output segments checked at once (each on its own thread, which decodes
-/// and drops its own rows; only the encoded identity bytes cross over).
-const VERIFY_PARALLEL: usize = 2;
-
-/// What checking one output segment found.
-struct CheckedSegment {
-    first: Option<Row>,
-    last: Option<Row>,
-    /// The identity encoding of its rows, in order.
-    encoded: Vec<u8>,
-    rows: u64,
-}
-
-fn check_parallel(
-    segments: &[usize],
-    check: &(impl Fn(usize) -> Result<CheckedSegment> + Sync),
-) -> Vec<Result<CheckedSegment>> {
-    std::thread::scope(|s| {
-        let running: Vec<_> = segments
-            .iter()
-            .map(|&i| s.spawn(move || check(i)))
-            .collect();
-        running
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::internal("a verify thread panicked")))
-            })
-            .collect()
-    })
-}
-
-/// Decode segment `seg` of the output, check its rows ascend and its
-/// relocated frames, and encode its rows for the identity.
-fn check_segment(
-    store: &Store,
-    rep: &Representation,
-    seg: usize,
-    source_packs: &HashSet<[u8; 32]>,
-    bad: &(impl Fn(&str) -> Error + Sync),
-) -> Result<CheckedSegment> {
-    let mut out = CheckedSegment {
-        first: None,
-        last: None,
-        encoded: Vec::new(),
-        rows: 0,
-    };
-    for group in 0..rep.group_count(seg)? {
-        for r in rep.read_group(seg, group)? {
-            if out.last.as_ref().is_some_and(|p| p.key_cmp(&r).is_ge()) {
-                return Err(bad("rows out of key order"));
-            }
-            if let BlobLoc::Packed { pack, .. } = r.blob {
-                if !source_packs.contains(&pack) {
-                    crate::blob::packed_frame(store, &r)?;
-                }
-            }
-            crate::identity::encode_row(&r, &mut out.encoded);
-            out.rows += 1;
-            if out.first.is_none() {
-                out.first = Some(r.clone());
-            }
-            out.last = Some(r);
-        }
-    }
-    Ok(out)
 }

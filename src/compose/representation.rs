@@ -1,23 +1,14 @@
-//! Reading a generation: a representation's segments, and the composition of
-//! a base with one cumulative delta.
-//!
-//! Offers what every reader needs without knowing about FUSE: resolve a path,
-//! list a directory range, stream all rows in key order. Every row has a
-//! [`RowPos`] (which representation, segment, row group and index), stable
-//! for as long as the view is open: the mount derives inode numbers and
-//! directory offsets from it, so it keeps no per-entry state. Segments are loaded
-//! and SHA-256-verified on first use and kept in a small LRU; decoded row
-//! groups likewise (invariant 6: bounded by counts, not by the tree).
+//! One representation: a manifest and its lazily loaded, verified segments
+//! and decoded row groups (cached), and cursors over its rows in key order.
 
+use super::cache::{cached, Lru, SlotCache};
 use crate::error::{Error, Result};
 use crate::format::manifest::{Manifest, RepKind, MAX_MANIFEST_BYTES};
 use crate::format::segment::{Segment, MAX_SEGMENT_BYTES};
-use crate::pin::Pin;
-use crate::row::{key_cmp, split, Kind, Row};
+use crate::row::{key_cmp, Kind, Row};
 use crate::store::{keys, Store};
 use std::cmp::Ordering;
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// Segments kept parsed in memory per representation.
 const SEGMENT_CACHE: usize = 8;
@@ -27,80 +18,6 @@ const GROUP_CACHE: usize = 32;
 const READ_AHEAD_GROUPS: usize = 2;
 
 type Key = (Vec<u8>, Vec<u8>);
-
-/// One cached segment or decoded row group, filled once by whichever reader
-/// loads it first; readers that want it meanwhile wait for that load
-/// instead of repeating it (a segment is read whole and hashed; a group is
-/// decoded). `None` when the load failed: the readers that waited load it
-/// again and meet the error themselves, and the slot leaves the cache, so
-/// a failure that passes (a remote store's timeout) is not kept.
-type Slot<T> = OnceLock<Option<Arc<T>>>;
-/// Slots by key, the most recently used kept.
-type SlotCache<K, T> = Mutex<Lru<K, Arc<Slot<T>>>>;
-
-/// The item of `cache` at `key`, loaded with `load` unless it is cached or
-/// being loaded by another reader (then that load is waited for).
-fn cached<K: PartialEq + Copy, T>(
-    cache: &SlotCache<K, T>,
-    key: K,
-    load: impl Fn() -> Result<T>,
-) -> Result<Arc<T>> {
-    let slot = {
-        let mut items = cache.lock().unwrap_or_else(PoisonError::into_inner);
-        items.get(&key).unwrap_or_else(|| {
-            let slot = Arc::new(Slot::new());
-            items.put(key, slot.clone());
-            slot
-        })
-    };
-    let mut failed = None;
-    let loaded = slot.get_or_init(|| match load() {
-        Ok(v) => Some(Arc::new(v)),
-        Err(e) => {
-            failed = Some(e);
-            None
-        }
-    });
-    match (loaded, failed) {
-        (Some(v), _) => Ok(v.clone()),
-        (None, Some(e)) => {
-            let mut items = cache.lock().unwrap_or_else(PoisonError::into_inner);
-            items.remove_if(&key, |s| Arc::ptr_eq(s, &slot));
-            Err(e)
-        }
-        // Another reader's load of it failed: meet the error here too.
-        (None, None) => load().map(Arc::new),
-    }
-}
-
-struct Lru<K, V> {
-    cap: usize,
-    items: VecDeque<(K, V)>,
-}
-
-impl<K: PartialEq, V: Clone> Lru<K, V> {
-    fn new(cap: usize) -> Self {
-        Lru {
-            cap,
-            items: VecDeque::new(),
-        }
-    }
-    fn get(&mut self, k: &K) -> Option<V> {
-        let i = self.items.iter().position(|(key, _)| key == k)?;
-        let item = self.items.remove(i)?;
-        let v = item.1.clone();
-        self.items.push_front(item);
-        Some(v)
-    }
-    fn put(&mut self, k: K, v: V) {
-        self.items.push_front((k, v));
-        self.items.truncate(self.cap);
-    }
-    /// Drop the item at `k` if `which` says it is the one meant.
-    fn remove_if(&mut self, k: &K, which: impl Fn(&V) -> bool) {
-        self.items.retain(|(key, v)| key != k || !which(v));
-    }
-}
 
 /// Load and verify a manifest by name.
 pub fn load_manifest(store: &Store, name: &str) -> Result<Manifest> {
@@ -324,7 +241,7 @@ impl Representation {
     /// Visit the children of `dir` in name order, after the child named
     /// `after` (from the first when `None`), by reference to the cached row
     /// groups, until `f` returns true.
-    fn visit_children(
+    pub(super) fn visit_children(
         &self,
         dir: &[u8],
         after: Option<&[u8]>,
@@ -533,53 +450,6 @@ pub struct RowPos {
 /// A row with its position.
 pub type Located = (Row, RowPos);
 
-/// A cursor's rows tagged with the representation they come from.
-struct Tagged<'a> {
-    cursor: Cursor<'a>,
-    delta: bool,
-}
-
-impl Iterator for Tagged<'_> {
-    type Item = Result<Located>;
-    fn next(&mut self) -> Option<Result<Located>> {
-        let delta = self.delta;
-        self.cursor
-            .next_located()
-            .map(|o| o.map(|(r, at)| (r, RowPos { delta, at })))
-            .transpose()
-    }
-}
-
-/// Children of one directory in name order, from a start name on, served
-/// straight from the row ranges of base and delta (no listing is built).
-pub struct DirEntries<'a> {
-    merge: Merge<Tagged<'a>, Tagged<'a>, Located>,
-    dir: Vec<u8>,
-    after: Option<Vec<u8>>,
-}
-
-impl DirEntries<'_> {
-    pub fn next_entry(&mut self) -> Result<Option<Located>> {
-        while let Some((row, pos)) = self.merge.next_row()? {
-            if row.parent != self.dir {
-                return Ok(None);
-            }
-            if row.name.is_empty() || self.after.as_deref() == Some(&row.name[..]) {
-                continue;
-            }
-            return Ok(Some((row, pos)));
-        }
-        Ok(None)
-    }
-}
-
-impl Iterator for DirEntries<'_> {
-    type Item = Result<Located>;
-    fn next(&mut self) -> Option<Result<Located>> {
-        self.next_entry().transpose()
-    }
-}
-
 impl Iterator for Cursor<'_> {
     type Item = Result<Row>;
     fn next(&mut self) -> Option<Result<Row>> {
@@ -587,159 +457,8 @@ impl Iterator for Cursor<'_> {
     }
 }
 
-/// A pinned generation as readers see it: base, optionally plus one delta.
-pub struct GenView {
-    pub pin: Pin,
-    pub base: Representation,
-    pub delta: Option<Representation>,
-}
-
-impl GenView {
-    /// Pin and open `generation` (latest when `None`) of `set`.
-    pub fn open(
-        store: &Store,
-        set: &str,
-        generation: Option<u64>,
-        holder: &str,
-    ) -> Result<GenView> {
-        let pin = crate::pin::pin(store, set, generation, holder)?;
-        let top = Representation::open(store, &pin.rep.manifest)?;
-        check_binding(&pin, &top)?;
-        let (base, delta) = match &top.manifest.base {
-            None => (top, None),
-            Some(b) => {
-                let base = Representation::open(store, &b.manifest)?;
-                if base.manifest.identity != b.identity
-                    || base.manifest.generation != b.generation
-                    || base.kind() != RepKind::Base
-                {
-                    return Err(Error::corrupt(
-                        "manifest",
-                        &top.manifest_name,
-                        "base binding does not match the base manifest",
-                    ));
-                }
-                (base, Some(top))
-            }
-        };
-        Ok(GenView { pin, base, delta })
-    }
-
-    pub fn generation(&self) -> u64 {
-        self.pin.record.generation
-    }
-
-    /// The manifest of the representation this view reads (delta if any).
-    pub fn top(&self) -> &Representation {
-        self.delta.as_ref().unwrap_or(&self.base)
-    }
-
-    /// Resolve a normalized path (`""` is the root).
-    pub fn lookup(&self, path: &[u8]) -> Result<Option<Row>> {
-        Ok(self.locate(path)?.map(|(r, _)| r))
-    }
-
-    /// Resolve a normalized path to its row and position.
-    pub fn locate(&self, path: &[u8]) -> Result<Option<Located>> {
-        let (parent, name) = split(path);
-        if let Some(d) = &self.delta {
-            if let Some((r, at)) = d.lookup(&parent, &name)? {
-                let pos = RowPos { delta: true, at };
-                return Ok((r.kind != Kind::Tombstone).then_some((r, pos)));
-            }
-        }
-        let found = self.base.lookup(&parent, &name)?;
-        Ok(found.map(|(r, at)| (r, RowPos { delta: false, at })))
-    }
-
-    /// Decode the row group that follows `pos` ahead of need (see
-    /// [`Representation::warm_after`]).
-    pub fn warm_after(&self, pos: RowPos) {
-        match (&self.delta, pos.delta) {
-            (Some(d), true) => d.warm_after(pos.at),
-            (None, true) => {}
-            (_, false) => self.base.warm_after(pos.at),
-        }
-    }
-
-    /// The row at `pos` (a position this view handed out), if any.
-    pub fn row_at(&self, pos: RowPos) -> Result<Option<Row>> {
-        match (&self.delta, pos.delta) {
-            (Some(d), true) => d.row_at(pos.at),
-            (None, true) => Ok(None),
-            (_, false) => self.base.row_at(pos.at),
-        }
-    }
-
-    /// Children of directory `path` in name order, starting after the child
-    /// named `after` (from the first child when `None`).
-    pub fn dir_entries(&self, path: &[u8], after: Option<&[u8]>) -> Result<DirEntries<'_>> {
-        let start = after.unwrap_or(b"");
-        let delta = match &self.delta {
-            Some(d) => Tagged {
-                cursor: d.cursor_at(path, start)?,
-                delta: true,
-            },
-            None => Tagged {
-                cursor: self.base.rows_empty(),
-                delta: true,
-            },
-        };
-        Ok(DirEntries {
-            merge: Merge::new(
-                Tagged {
-                    cursor: self.base.cursor_at(path, start)?,
-                    delta: false,
-                },
-                delta,
-            ),
-            dir: path.to_vec(),
-            after: after.map(<[u8]>::to_vec),
-        })
-    }
-
-    /// Visit the children of directory `path` in name order, after the
-    /// child named `after` (from the first when `None`), until `f` returns
-    /// true. The same entries as [`GenView::dir_entries`]; a view without a
-    /// delta lends its cached rows instead of copying each one.
-    pub fn visit_dir(
-        &self,
-        path: &[u8],
-        after: Option<&[u8]>,
-        mut f: impl FnMut(&Row, RowPos) -> bool,
-    ) -> Result<()> {
-        if self.delta.is_none() {
-            let mut base = |row: &Row, at| f(row, RowPos { delta: false, at });
-            return self.base.visit_children(path, after, &mut base);
-        }
-        for entry in self.dir_entries(path, after)? {
-            let (row, pos) = entry?;
-            if f(&row, pos) {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Children of directory `path`, in name order.
-    pub fn list_dir(&self, path: &[u8]) -> Result<Vec<Row>> {
-        self.dir_entries(path, None)?
-            .map(|r| r.map(|(row, _)| row))
-            .collect()
-    }
-
-    /// Every live row of the generation in key order.
-    pub fn rows(&self) -> Result<Merge<Cursor<'_>, Cursor<'_>, Row>> {
-        let delta = match &self.delta {
-            Some(d) => d.rows()?,
-            None => self.base.rows_empty(),
-        };
-        Ok(Merge::new(self.base.rows()?, delta))
-    }
-}
-
 impl Representation {
-    fn rows_empty(&self) -> Cursor<'_> {
+    pub(super) fn rows_empty(&self) -> Cursor<'_> {
         Cursor {
             rep: self,
             seg: usize::MAX,
@@ -748,151 +467,5 @@ impl Representation {
             pos: 0,
             scan: true,
         }
-    }
-}
-
-fn check_binding(pin: &Pin, top: &Representation) -> Result<()> {
-    let m = &top.manifest;
-    if m.set != pin.record.set
-        || m.generation != pin.record.generation
-        || m.identity != pin.record.identity
-        || m.representation != pin.rep.kind
-    {
-        return Err(Error::corrupt(
-            "manifest",
-            &top.manifest_name,
-            "does not match its index record",
-        ));
-    }
-    Ok(())
-}
-
-/// What a merged stream carries: a row, possibly with more.
-pub trait HasRow {
-    fn row(&self) -> &Row;
-}
-
-impl HasRow for Row {
-    fn row(&self) -> &Row {
-        self
-    }
-}
-
-impl HasRow for Located {
-    fn row(&self) -> &Row {
-        &self.0
-    }
-}
-
-/// Key-order composition of a base stream with a delta stream: a delta row
-/// replaces the base row with the same key; a tombstone removes it.
-pub struct Merge<B, D, T>
-where
-    B: Iterator<Item = Result<T>>,
-    D: Iterator<Item = Result<T>>,
-{
-    base: std::iter::Peekable<B>,
-    delta: std::iter::Peekable<D>,
-}
-
-impl<B, D, T> Merge<B, D, T>
-where
-    B: Iterator<Item = Result<T>>,
-    D: Iterator<Item = Result<T>>,
-    T: HasRow,
-{
-    pub fn new(base: B, delta: D) -> Self {
-        Merge {
-            base: base.peekable(),
-            delta: delta.peekable(),
-        }
-    }
-
-    pub fn next_row(&mut self) -> Result<Option<T>> {
-        loop {
-            let order = match (self.base.peek(), self.delta.peek()) {
-                (None, None) => return Ok(None),
-                (Some(Err(_)), _) => return self.base.next().transpose(),
-                (_, Some(Err(_))) => return self.delta.next().transpose(),
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (Some(Ok(b)), Some(Ok(d))) => b.row().key_cmp(d.row()),
-            };
-            if order == Ordering::Less {
-                return self.base.next().transpose();
-            }
-            if order == Ordering::Equal {
-                self.base.next();
-            }
-            let Some(d) = self.delta.next().transpose()? else {
-                return Ok(None);
-            };
-            if d.row().kind != Kind::Tombstone {
-                return Ok(Some(d));
-            }
-        }
-    }
-}
-
-impl<B, D, T> Iterator for Merge<B, D, T>
-where
-    B: Iterator<Item = Result<T>>,
-    D: Iterator<Item = Result<T>>,
-    T: HasRow,
-{
-    type Item = Result<T>;
-    fn next(&mut self) -> Option<Result<T>> {
-        self.next_row().transpose()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
-
-    #[test]
-    fn readers_of_one_item_share_one_load() {
-        let cache: SlotCache<usize, usize> = Mutex::new(Lru::new(2));
-        let loads = AtomicUsize::new(0);
-        let load = || {
-            loads.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(50));
-            Ok(7)
-        };
-        std::thread::scope(|s| {
-            let readers: Vec<_> = (0..4)
-                .map(|_| s.spawn(|| cached(&cache, 1, load)))
-                .collect();
-            for r in readers {
-                assert_eq!(*r.join().unwrap().unwrap(), 7);
-            }
-        });
-        assert_eq!(loads.load(Ordering::SeqCst), 1, "one load for four readers");
-    }
-
-    #[test]
-    fn a_failed_load_is_met_by_every_reader_and_evicted_items_load_again() {
-        let cache: SlotCache<usize, usize> = Mutex::new(Lru::new(1));
-        let fail = || Err(Error::Invalid("no".into()));
-        assert!(cached(&cache, 1, fail).is_err());
-        assert!(cached(&cache, 1, fail).is_err(), "the error is met again");
-        assert_eq!(*cached(&cache, 2, || Ok(2)).unwrap(), 2);
-        assert_eq!(*cached(&cache, 1, || Ok(1)).unwrap(), 1, "1 was evicted");
-    }
-
-    #[test]
-    fn a_failure_that_passes_is_not_kept() {
-        let cache: SlotCache<usize, usize> = Mutex::new(Lru::new(4));
-        let loads = AtomicUsize::new(0);
-        let flaky = || match loads.fetch_add(1, Ordering::SeqCst) {
-            0 => Err(Error::Invalid("timeout".into())),
-            _ => Ok(7),
-        };
-        assert!(cached(&cache, 1, flaky).is_err());
-        assert_eq!(*cached(&cache, 1, flaky).unwrap(), 7, "loaded anew");
-        assert_eq!(*cached(&cache, 1, flaky).unwrap(), 7, "and kept");
-        assert_eq!(loads.load(Ordering::SeqCst), 2);
     }
 }
