@@ -46,7 +46,7 @@ impl Staging {
             }
         };
         wait_while_deleting(store)?;
-        let dir = store.storage().scratch_dir(token)?;
+        let dir = store.storage().scratch_dir(&keys::staging_dir(token))?;
         let admission = Arc::new(Admission::new(store, &dir)?);
         Ok(Staging {
             dir,
@@ -69,8 +69,25 @@ impl Drop for Staging {
     }
 }
 
+/// Refuse a token no attempt would take (one read from the store, such as a
+/// task's owner), before anything is probed or removed under it.
+pub fn check_token(token: &str) -> Result<()> {
+    let valid = !token.is_empty()
+        && token.len() <= 128
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !valid {
+        return Err(Error::Invalid(format!(
+            "not the token of a staging attempt: token=`{token}`"
+        )));
+    }
+    Ok(())
+}
+
 /// Remove the staging of `token` and its owner lease file.
 pub fn remove(store: &Store, token: &str) -> Result<()> {
+    check_token(token)?;
     store.storage().delete_dir(&keys::staging_dir(token))?;
     store.storage().delete(&keys::staging_owner(token))
 }

@@ -421,8 +421,9 @@ impl Storage for LocalStorage {
             .map_err(|e| not_found_or_io(e, key, &path))
     }
 
-    fn scratch_dir(&self, name: &str) -> Result<PathBuf> {
-        let dir = self.path(&format!("staging/{name}"));
+    fn scratch_dir(&self, key: &str) -> Result<PathBuf> {
+        super::check_scratch_dir(key)?;
+        let dir = self.path(key);
         ensure_dir(&dir)?;
         Ok(dir)
     }

@@ -103,7 +103,8 @@ pub trait Storage: Send + Sync + Debug {
     fn list_sizes(&self, dir: &str) -> Result<Vec<(String, u64)>>;
     /// Remove an object; absent is fine.
     fn delete(&self, key: &str) -> Result<()>;
-    /// Remove an empty or non-empty directory of local scratch objects.
+    /// Remove the scratch directory `dir` (a key [`Storage::scratch_dir`]
+    /// was given), empty or not, and any objects under it.
     fn delete_dir(&self, dir: &str) -> Result<()>;
     /// Local file backing `key`, when the backend has one (for passthrough reads).
     fn local_path(&self, key: &str) -> Option<PathBuf>;
@@ -124,8 +125,10 @@ pub trait Storage: Send + Sync + Debug {
     fn evict_copy(&self, _key: &str) -> bool {
         false
     }
-    /// Local scratch directory for staging files of one owner.
-    fn scratch_dir(&self, name: &str) -> Result<PathBuf>;
+    /// Local scratch directory for the staging files under key `dir`
+    /// (created if missing). Which keys are scratch is the caller's layout
+    /// (`store::keys`); the backend only maps the key to a local directory.
+    fn scratch_dir(&self, dir: &str) -> Result<PathBuf>;
     /// Take the lease at `key`, waiting for it if `wait`. Without `wait`,
     /// a lease only probed at that instant ([`Storage::probe_lease`]) is not
     /// reported busy.
@@ -153,18 +156,14 @@ pub trait Storage: Send + Sync + Debug {
     }
 }
 
-/// `delete_dir` removes only `staging/<name>` of one attempt: a name read
-/// from the store (a task's owner token) must never reach outside it.
+/// A scratch directory key is at least two plain components deep (never a
+/// top-level directory of the store), so a removal cannot reach past it.
 pub(crate) fn check_scratch_dir(dir: &str) -> Result<()> {
-    let name = dir.strip_prefix("staging/").unwrap_or("");
-    let valid = !name.is_empty()
-        && name.len() <= 128
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !valid {
+    let parts: Vec<&str> = dir.split('/').collect();
+    let plain = |p: &&str| !p.is_empty() && *p != "." && *p != "..";
+    if parts.len() < 2 || !parts.iter().all(plain) {
         return Err(crate::error::Error::Invalid(format!(
-            "not a staging directory of one attempt: dir=`{dir}`"
+            "not a scratch directory key: dir=`{dir}`"
         )));
     }
     Ok(())

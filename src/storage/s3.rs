@@ -303,13 +303,11 @@ impl Storage for S3Storage {
 
     fn delete_dir(&self, dir: &str) -> Result<()> {
         super::check_scratch_dir(dir)?;
-        if let Some(name) = dir.strip_prefix("staging/") {
-            let local = self.scratch.join(name);
-            match fs::remove_dir_all(&local) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("rmdir", &local, e)),
-            }
+        let local = self.scratch.join(dir);
+        match fs::remove_dir_all(&local) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("rmdir", &local, e)),
         }
         self.remote.delete_prefix(dir)
     }
@@ -330,8 +328,9 @@ impl Storage for S3Storage {
         self.cache.remove(key)
     }
 
-    fn scratch_dir(&self, name: &str) -> Result<PathBuf> {
-        let dir = self.scratch.join(name);
+    fn scratch_dir(&self, key: &str) -> Result<PathBuf> {
+        super::check_scratch_dir(key)?;
+        let dir = self.scratch.join(key);
         super::ensure_local_dir(&dir)?;
         Ok(dir)
     }

@@ -15,6 +15,8 @@ pub const TASKS: &str = "tasks";
 pub const PINS: &str = "pins";
 /// Staging directories and their owner leases.
 pub const STAGING: &str = "staging";
+/// Directory of every set's journals.
+pub const JOURNALS: &str = "journals";
 /// One sweeper at a time holds this.
 pub const SWEEPER_LEASE: &str = "sweep/SWEEPER.lease";
 /// Held by a sweep's deletion batch; writers wait while it is held.
@@ -84,6 +86,10 @@ pub fn staging_dir(token: &str) -> String {
 }
 pub fn staging_owner(token: &str) -> String {
     format!("staging/{token}.owner")
+}
+/// The token of a staging owner lease key.
+pub fn staging_token(owner_key: &str) -> Option<&str> {
+    owner_key.strip_prefix("staging/")?.strip_suffix(".owner")
 }
 /// A sweep epoch's file (`report`, `condemned`).
 pub fn epoch(epoch: u64, what: &str) -> String {

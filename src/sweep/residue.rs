@@ -188,15 +188,15 @@ fn staging(store: &Store) -> Result<Vec<LeaseInfo>> {
 /// Probe the owner lease of staging `token`; a name no attempt would take
 /// is refused before anything is probed or removed under it.
 fn probe_owner(store: &Store, token: &str) -> Result<LeaseState> {
-    crate::storage::check_scratch_dir(&keys::staging_dir(token))?;
+    crate::staging::check_token(token)?;
     store.storage().probe_lease(&keys::staging_owner(token))
 }
 
 /// Journal keys written under `token`, in any set.
 fn journals_of(store: &Store, token: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    for set in store.storage().list("journals")? {
-        let key = format!("{}/{token}.journal", keys::journal_dir(&set));
+    for set in store.storage().list(keys::JOURNALS)? {
+        let key = keys::journal(&set, token);
         if store.storage().size(&key)?.is_some() {
             out.push(key);
         }
@@ -250,13 +250,11 @@ pub fn reclaim(store: &Store, items: &[LeaseInfo]) -> Result<Vec<LeaseInfo>> {
             continue;
         }
         if item.kind == "staging" {
-            let token = item
-                .key
-                .trim_start_matches("staging/")
-                .trim_end_matches(".owner");
+            let token = keys::staging_token(&item.key).unwrap_or_default();
             for j in journals_of(store, token)? {
                 storage.delete(&j)?;
             }
+            crate::staging::check_token(token)?;
             storage.delete_dir(&keys::staging_dir(token))?;
         }
         storage.delete(&item.key)?;
