@@ -9,7 +9,6 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Memory and fan-in limits of one sort.
@@ -109,12 +108,7 @@ impl Sorter {
 }
 
 fn write_run(path: &Path, rows: impl Iterator<Item = Result<Row>>) -> Result<()> {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .ctx("create", path)?;
+    let file = crate::token::create_private(path)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let mut buf = Vec::new();
     for row in rows {

@@ -19,9 +19,8 @@ use crate::storage::PutOutcome;
 use crate::store::{keys, Store};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -336,15 +335,7 @@ fn stage_large(
     staging: StageDir<'_>,
 ) -> Result<Option<SinkMsg>> {
     staging.admission.admit("commit", row.size)?;
-    let staged = staging
-        .dir
-        .join(format!("blob-{}.tmp", crate::token::new_token()));
-    let mut out = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&staged)
-        .ctx("create", &staged)?;
+    let (staged, mut out) = crate::token::fresh_file(staging.dir, "blob")?;
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; COPY_CHUNK];
     let mut total = 0u64;

@@ -9,9 +9,8 @@ use super::rowcodec;
 use crate::error::{Error, IoContext, Result};
 use crate::row::Row;
 use serde::{Deserialize, Serialize};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// 1: initial layout.
@@ -50,12 +49,7 @@ pub struct JournalWriter {
 
 impl JournalWriter {
     pub fn create(path: &Path, header: &JournalHeader) -> Result<JournalWriter> {
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .ctx("create", path)?;
+        let file = crate::token::create_private(path)?;
         let mut w = JournalWriter {
             path: path.to_path_buf(),
             out: BufWriter::with_capacity(1 << 20, file),

@@ -8,9 +8,8 @@
 use crate::error::{Error, IoContext, Result};
 use crate::row::Codec;
 use sha2::{Digest, Sha256};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// 1: initial layout.
@@ -57,13 +56,7 @@ pub struct SealedPack {
 
 impl PackWriter {
     pub fn create(dir: &Path) -> Result<PackWriter> {
-        let path = dir.join(format!("pack-{}.tmp", crate::token::new_token()));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .ctx("create", &path)?;
+        let (path, file) = crate::token::fresh_file(dir, "pack")?;
         let mut w = PackWriter {
             path,
             out: BufWriter::with_capacity(1 << 20, file),

@@ -29,9 +29,8 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -304,15 +303,7 @@ impl GroupWriter {
     }
 
     fn open_segment(&self) -> Result<OpenSegment> {
-        let path = self
-            .dir
-            .join(format!("segment-{}.tmp", crate::token::new_token()));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .ctx("create", &path)?;
+        let (path, file) = crate::token::fresh_file(&self.dir, "segment")?;
         let mut props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(
                 ZstdLevel::try_new(1).expect("valid level"),

@@ -26,7 +26,6 @@ use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
@@ -144,13 +143,7 @@ impl Cache {
         let parent = path.parent().unwrap_or(&self.dir);
         super::ensure_local_dir(parent)?;
         let tmp = parent.join(format!(".tmp-{}", crate::token::new_token()));
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .ctx("create", &tmp)?;
+        let file = crate::token::create_private(&tmp)?;
         Ok((tmp, file))
     }
 

@@ -243,13 +243,7 @@ impl LocalStorage {
             return Ok(None);
         }
         let tmp = self.temp_path(path);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .ctx("create", &tmp)?;
+        let file = crate::token::create_private(&tmp)?;
         flock(&file, false).ctx("flock", &tmp)?;
         file.write_all_at(holder.as_bytes(), 0).ctx("write", &tmp)?;
         if !rename_noreplace(&tmp, path)? {
