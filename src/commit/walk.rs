@@ -77,6 +77,14 @@ fn list_tree(root: &Beneath, seeds: Vec<Vec<u8>>, tx: Sender<Listing>) {
     }
 }
 
+/// Whether a directory or symlink kept the metadata the walk compares
+/// (mode, mtime, owner).
+fn same_meta(prev: &Row, row: &Row) -> bool {
+    prev.mode == row.mode
+        && prev.mtime_ns == row.mtime_ns
+        && (prev.uid, prev.gid) == (row.uid, row.gid)
+}
+
 /// A file the walk found new or changed, for the hash workers.
 pub(crate) struct HashJob {
     pub row: Row,
@@ -398,11 +406,7 @@ impl<'a> Walker<'a> {
         row.size = target.len() as u64;
         row.target = Some(target);
         let same = prev.as_ref().is_some_and(|p| {
-            p.kind == Kind::Symlink
-                && p.target == row.target
-                && p.mode == row.mode
-                && p.mtime_ns == row.mtime_ns
-                && (p.uid, p.gid) == (row.uid, row.gid)
+            p.kind == Kind::Symlink && p.target == row.target && same_meta(p, &row)
         });
         if !same {
             (self.emit)(Event::Row(row))?;
@@ -411,12 +415,9 @@ impl<'a> Walker<'a> {
     }
 
     fn observe_dir(&mut self, row: Row, prev: Option<Row>) -> Result<()> {
-        let same = prev.as_ref().is_some_and(|p| {
-            p.kind == Kind::Dir
-                && p.mode == row.mode
-                && p.mtime_ns == row.mtime_ns
-                && (p.uid, p.gid) == (row.uid, row.gid)
-        });
+        let same = prev
+            .as_ref()
+            .is_some_and(|p| p.kind == Kind::Dir && same_meta(p, &row));
         if !same {
             (self.emit)(Event::Row(row))?;
         }
