@@ -10,25 +10,6 @@ use std::path::Path;
 use std::process::{Command, Output};
 use strata::failpoint::Step;
 
-fn strata(store: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn strata_env(store: &Path, args: &[&str], env: (&str, &str)) -> Output {
-    Command::new(bin())
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .env(env.0, env.1)
-        .output()
-        .unwrap()
-}
-
 fn latest(store: &Path, set: &str) -> u64 {
     let out = ok(&strata(store, &["log", "--set", set, "--json"]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -154,19 +135,6 @@ fn flip_byte(path: &Path, at: usize) {
     let i = at.min(b.len() - 1);
     b[i] ^= 0x40;
     fs::write(path, b).unwrap();
-}
-
-fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// Offset of a packed file's frame inside its pack.
@@ -505,30 +473,24 @@ fn mount_returns_when_ready_and_unmount_reports_a_busy_mount() {
     assert_private(&st);
 }
 
-/// A committed store, its source tree and an empty mount point, in a
-/// temporary directory (kept alive by the first value).
-fn mount_scratch() -> (
-    tempfile::TempDir,
-    std::path::PathBuf,
-    std::path::PathBuf,
-    std::path::PathBuf,
-) {
-    let t = tempfile::tempdir().unwrap();
-    let (src, st) = setup(t.path());
-    let mnt = t.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    (t, src, st, mnt)
+/// A scratch store with `setup`'s generation committed through the CLI,
+/// and an empty mount point.
+fn mount_scratch() -> Scratch {
+    let sc = Scratch::new();
+    setup(sc.path());
+    fs::create_dir(&sc.mnt).unwrap();
+    sc
 }
 
 #[test]
 fn mount_runs_the_fuse_threads_asked_for_and_refuses_none() {
-    let (_t, _, st, mnt) = mount_scratch();
-    let m = mnt.to_str().unwrap();
-    let zero = strata(&st, &["mount", "--threads", "0", m]);
+    let sc = mount_scratch();
+    let m = sc.mnt.to_str().unwrap();
+    let zero = strata(&sc.st, &["mount", "--threads", "0", m]);
     assert_eq!(zero.status.code(), Some(2), "a usage error");
     let err = String::from_utf8_lossy(&zero.stderr);
     assert!(err.contains("--threads"), "{err}");
-    let pid = mounted_pid(&ok(&strata(&st, &["mount", "--threads", "2", m])));
+    let pid = mounted_pid(&ok(&strata(&sc.st, &["mount", "--threads", "2", m])));
     let fuse_threads = fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .filter_map(|t| fs::read_to_string(t.unwrap().path().join("comm")).ok())
@@ -538,7 +500,7 @@ fn mount_runs_the_fuse_threads_asked_for_and_refuses_none() {
         })
         .count();
     assert_eq!(fuse_threads, 2);
-    ok(&strata(&st, &["unmount", m]));
+    ok(&strata(&sc.st, &["unmount", m]));
 }
 
 fn kill_and_reap(pid: i32) {
@@ -549,10 +511,10 @@ fn kill_and_reap(pid: i32) {
 
 #[test]
 fn mount_and_unmount_recover_a_dead_mount_and_refuse_a_served_one() {
-    let (_t, src, st, mnt) = mount_scratch();
-    let m = mnt.to_str().unwrap();
-    let pid = mounted_pid(&ok(&strata(&st, &["mount", m])));
-    let twice = strata(&st, &["mount", m]);
+    let sc = mount_scratch();
+    let m = sc.mnt.to_str().unwrap();
+    let pid = mounted_pid(&ok(&strata(&sc.st, &["mount", m])));
+    let twice = strata(&sc.st, &["mount", m]);
     let err = String::from_utf8_lossy(&twice.stderr);
     assert!(!twice.status.success());
     assert!(
@@ -560,19 +522,19 @@ fn mount_and_unmount_recover_a_dead_mount_and_refuse_a_served_one() {
         "{err}"
     );
     kill_and_reap(pid);
-    let gone = strata(&st, &["unmount", m]);
+    let gone = strata(&sc.st, &["unmount", m]);
     assert!(gone.status.success(), "{gone:?}");
     assert!(String::from_utf8_lossy(&gone.stderr).contains("is gone"));
-    assert!(fs::read_dir(&mnt).unwrap().next().is_none(), "detached");
-    kill_and_reap(mounted_pid(&ok(&strata(&st, &["mount", m]))));
-    let again = strata(&st, &["mount", m]);
+    assert!(fs::read_dir(&sc.mnt).unwrap().next().is_none(), "detached");
+    kill_and_reap(mounted_pid(&ok(&strata(&sc.st, &["mount", m]))));
+    let again = strata(&sc.st, &["mount", m]);
     assert!(again.status.success(), "{again:?}");
     assert!(String::from_utf8_lossy(&again.stderr).contains("detached the stale mount"));
     assert_eq!(
-        fs::read(mnt.join("s/latest/d1/f1")).unwrap(),
-        fs::read(src.join("d1/f1")).unwrap()
+        fs::read(sc.mnt.join("s/latest/d1/f1")).unwrap(),
+        fs::read(sc.src.join("d1/f1")).unwrap()
     );
-    ok(&strata(&st, &["unmount", m]));
+    ok(&strata(&sc.st, &["unmount", m]));
 }
 
 /// Nothing under a store (objects, index, pins, leases, sockets, logs) is

@@ -52,7 +52,7 @@ fn seed_store() -> &'static Path {
             );
         }
         write(&src, "big", &noise(99, 2 << 20));
-        let store = new_local(&st);
+        let store = new_local_store(&st);
         commit_dir(&store, "s", &src);
         write(&src, "d0/f0", b"changed");
         commit_dir(&store, "s", &src);
@@ -81,12 +81,6 @@ fn seed_store() -> &'static Path {
         t
     })
     .path()
-}
-
-fn new_local(dir: &Path) -> Store {
-    fs::create_dir_all(dir).unwrap();
-    let storage = std::sync::Arc::new(strata::storage::LocalStorage::new(dir));
-    Store::init(storage).unwrap().0
 }
 
 fn store_files(root: &Path) -> Vec<PathBuf> {

@@ -9,19 +9,10 @@ use common::*;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use strata::compose::GenView;
 use strata::failpoint::Step;
 use strata::format::manifest::RepKind;
-
-fn strata(store: &Path, args: &[&str], failpoints: Option<&str>) -> Output {
-    let mut c = Command::new(bin());
-    c.arg("--store").arg(store).args(args);
-    if let Some(spec) = failpoints {
-        c.env("STRATA_FAILPOINTS", spec);
-    }
-    c.output().unwrap()
-}
 
 /// A store whose generation 2 is a large delta over generation 1.
 fn delta_store(t: &Path) -> (PathBuf, PathBuf) {
@@ -55,7 +46,7 @@ fn representation(st: &Path, generation: u64) -> RepKind {
 }
 
 fn task_json(st: &Path) -> serde_json::Value {
-    let out = ok(&strata(st, &["tasks", "--json"], None));
+    let out = ok(&strata(st, &["tasks", "--json"]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
     v[0].clone()
@@ -66,7 +57,7 @@ fn staging_entries(st: &Path) -> usize {
 }
 
 fn verify_all(st: &Path) {
-    let out = ok(&strata(st, &["verify", "--all"], None));
+    let out = ok(&strata(st, &["verify", "--all"]));
     assert!(out.contains("\nok"), "{out}");
 }
 
@@ -83,20 +74,20 @@ fn materialize_keeps_identity_and_bytes_and_the_next_commit_is_small() {
         .identity
         .clone();
     assert_eq!(representation(&st, 2), RepKind::Delta);
-    let out = ok(&strata(&st, &["materialize", "--set", "s", "--json"], None));
+    let out = ok(&strata(&st, &["materialize", "--set", "s", "--json"]));
     let o: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(o["state"], "PUBLISHED");
     assert_eq!(o["attempt"], 1);
     assert_eq!(representation(&st, 2), RepKind::Base);
     let log: serde_json::Value =
-        serde_json::from_str(&ok(&strata(&st, &["log", "--set", "s", "--json"], None))).unwrap();
+        serde_json::from_str(&ok(&strata(&st, &["log", "--set", "s", "--json"]))).unwrap();
     assert_eq!(log[0]["representation"], "base");
     assert_eq!(log[0]["identity"], identity.as_str());
     assert_eq!(snapshot_gen(&store, "s", Some(2)), before);
     assert_eq!(snapshot_dir(&src), before);
     verify_all(&st);
     // Asked again: nothing to do.
-    let again = ok(&strata(&st, &["materialize", "--set", "s"], None));
+    let again = ok(&strata(&st, &["materialize", "--set", "s"]));
     assert!(again.contains("already reads from a base"), "{again}");
     // The next commit is a small delta over the new base.
     write(&src, "d0/f0", b"one small change");
@@ -121,7 +112,7 @@ fn a_kill_at_every_step_is_taken_over_or_found_published() {
         let store = strata::Store::open_local(&st).unwrap();
         let before = snapshot_gen(&store, "s", Some(2));
         let spec = format!("{}=kill", step.name());
-        let o = strata(&st, &["materialize", "--set", "s"], Some(&spec));
+        let o = strata_failing(&st, &["materialize", "--set", "s"], &spec);
         assert_eq!(o.status.signal(), Some(9), "killed at {step}");
         let switched = matches!(step, Step::RepCommitted | Step::ProtectionTransferred);
         let expect = if switched {
@@ -135,7 +126,7 @@ fn a_kill_at_every_step_is_taken_over_or_found_published() {
             "readers' selection after a kill at {step}"
         );
         assert_eq!(snapshot_gen(&store, "s", Some(2)), before, "{step}");
-        let out = ok(&strata(&st, &["materialize", "--set", "s", "--json"], None));
+        let out = ok(&strata(&st, &["materialize", "--set", "s", "--json"]));
         let o: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(o["state"], "PUBLISHED", "{step}");
         assert_eq!(o["attempt"], 2, "taken over with attempt + 1 after {step}");
@@ -190,7 +181,7 @@ fn injected_io_errors_wait_and_retry_then_succeed() {
         let t = tempfile::tempdir().unwrap();
         let (_src, st) = delta_store(t.path());
         let spec = format!("folded={errno}");
-        let o = strata(&st, &["materialize", "--set", "s"], Some(&spec));
+        let o = strata_failing(&st, &["materialize", "--set", "s"], &spec);
         assert_eq!(o.status.code(), Some(5), "{errno}");
         let task = task_json(&st);
         assert_eq!(task["state"], "RETRY_WAIT");
@@ -207,12 +198,11 @@ fn injected_io_errors_wait_and_retry_then_succeed() {
         );
         // Within the retry delay a second worker stands back (a starved test
         // thread may already be past it; then the retry simply runs).
-        let busy = strata(&st, &["materialize", "--set", "s"], None);
+        let busy = strata(&st, &["materialize", "--set", "s"]);
         assert!(matches!(busy.status.code(), Some(0 | 4)), "{busy:?}");
         let out = ok(&strata(
             &st,
             &["materialize", "--set", "s", "--wait", "--json"],
-            None,
         ));
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["state"], "PUBLISHED");
@@ -228,7 +218,6 @@ fn a_source_swept_before_protection_retires_the_task() {
     let planned = ok(&strata(
         &st,
         &["materialize", "--set", "s", "--plan", "--json"],
-        None,
     ));
     let planned: serde_json::Value = serde_json::from_str(&planned).unwrap();
     assert_eq!(planned["state"], "PLANNED");
@@ -242,7 +231,7 @@ fn a_source_swept_before_protection_retires_the_task() {
         .clone();
     let seg = st.join(strata::store::keys::segment(&delta));
     fs::remove_file(&seg).unwrap();
-    let o = strata(&st, &["materialize", "--set", "s", "--json"], None);
+    let o = strata(&st, &["materialize", "--set", "s", "--json"]);
     assert_eq!(
         o.status.code(),
         Some(1),
@@ -253,11 +242,11 @@ fn a_source_swept_before_protection_retires_the_task() {
     assert_eq!(v["state"], "SOURCE_RETIRED");
     assert_eq!(task_json(&st)["id"], task["id"]);
     // Asked again, a new task finds the source still gone.
-    let again = strata(&st, &["materialize", "--set", "s", "--json"], None);
+    let again = strata(&st, &["materialize", "--set", "s", "--json"]);
     assert_eq!(again.status.code(), Some(1), "the source is still gone");
     assert_eq!(staging_entries(&st), 0);
     let id = task["id"].as_str().unwrap();
-    let ended = strata(&st, &["tasks", "--cancel", id], None);
+    let ended = strata(&st, &["tasks", "--cancel", id]);
     assert_eq!(
         ended.status.code(),
         Some(4),
@@ -269,19 +258,19 @@ fn a_source_swept_before_protection_retires_the_task() {
 fn a_cancelled_task_changes_nothing_and_a_new_one_can_follow() {
     let t = tempfile::tempdir().unwrap();
     let (_src, st) = delta_store(t.path());
-    ok(&strata(&st, &["materialize", "--set", "s", "--plan"], None));
+    ok(&strata(&st, &["materialize", "--set", "s", "--plan"]));
     let id = task_json(&st)["id"].as_str().unwrap().to_string();
-    ok(&strata(&st, &["tasks", "--cancel", &id], None));
+    ok(&strata(&st, &["tasks", "--cancel", &id]));
     assert_eq!(task_json(&st)["state"], "CANCELLED");
     assert_eq!(representation(&st, 2), RepKind::Delta);
     verify_all(&st);
     // The cancelled task keeps its evidence; the next request plans anew.
-    let out = ok(&strata(&st, &["materialize", "--set", "s", "--json"], None));
+    let out = ok(&strata(&st, &["materialize", "--set", "s", "--json"]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["state"], "PUBLISHED");
     assert_eq!(v["task"], format!("{id}-r2"));
     let all: serde_json::Value =
-        serde_json::from_str(&ok(&strata(&st, &["tasks", "--json"], None))).unwrap();
+        serde_json::from_str(&ok(&strata(&st, &["tasks", "--json"]))).unwrap();
     let states: Vec<&str> = all
         .as_array()
         .unwrap()
@@ -298,7 +287,7 @@ fn mostly_dead_packs_are_rewritten_and_dropped_from_the_new_base() {
     let t = tempfile::tempdir().unwrap();
     let (src, st, store, old_packs) = mostly_dead_packs(t.path());
     let before = snapshot_gen(&store, "s", Some(2));
-    ok(&strata(&st, &["materialize", "--set", "s"], None));
+    ok(&strata(&st, &["materialize", "--set", "s"]));
     let view = GenView::open(&store, "s", Some(2), "t").unwrap();
     assert_eq!(view.top().kind(), RepKind::Base);
     let packs: Vec<&String> = view.base.manifest.packs.iter().map(|p| &p.name).collect();

@@ -906,16 +906,6 @@ fn two_mounts_a_materializer_and_a_sweeper_keep_what_readers_hold() {
     drop(mounts);
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    let s = Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .status()
-        .unwrap();
-    assert!(s.success());
-}
-
 #[test]
 fn a_blob_too_large_for_the_cache_is_served_by_ranged_reads() {
     let t = tempfile::tempdir().unwrap();

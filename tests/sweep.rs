@@ -10,7 +10,7 @@ use common::*;
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,29 +19,9 @@ use strata::failpoint::Step;
 use strata::sweep::{sweep, SweepOptions, SweepReport};
 use strata::Store;
 
-fn strata(store: &Path, args: &[&str], failpoints: Option<&str>) -> Output {
-    let mut c = Command::new(bin());
-    c.arg("--store").arg(store).args(args);
-    if let Some(spec) = failpoints {
-        c.env("STRATA_FAILPOINTS", spec);
-    }
-    c.output().unwrap()
-}
-
 fn sweep_json(st: &Path) -> SweepReport {
-    let out = ok(&strata(st, &["sweep", "--grace", "0s", "--json"], None));
+    let out = ok(&strata(st, &["sweep", "--grace", "0s", "--json"]));
     serde_json::from_str(&out).unwrap()
-}
-
-/// Commit `src` as a full base (so the data of replaced files dies with
-/// the generations that held it).
-fn commit_base(store: &Store, set: &str, src: &Path) -> u64 {
-    let mut opts = CommitOptions::new(set, src);
-    opts.force_base = true;
-    commit(store, &opts, Default::default())
-        .unwrap()
-        .generation
-        .unwrap()
 }
 
 /// Rewrite the tree: a large standalone blob and small packed files, new
@@ -92,11 +72,7 @@ fn rewritten(t: &Path, rounds: u64) -> (PathBuf, PathBuf, Store) {
 /// Eight rounds of full rewrites, keep-last 2 stored as the policy.
 fn many_generations(t: &Path) -> (PathBuf, PathBuf, Store) {
     let (src, st, store) = rewritten(t, 8);
-    ok(&strata(
-        &st,
-        &["retain", "--set", "s", "--keep-last", "2"],
-        None,
-    ));
+    ok(&strata(&st, &["retain", "--set", "s", "--keep-last", "2"]));
     (src, st, store)
 }
 
@@ -117,21 +93,21 @@ fn keep_last_two_and_two_sweeps_shrink_the_store_to_the_live_data() {
         "store holds {after} bytes, live data is {live}"
     );
     assert!(after * 3 < before, "{after} of {before} bytes left");
-    let log = ok(&strata(&st, &["log", "--set", "s", "--json"], None));
+    let log = ok(&strata(&st, &["log", "--set", "s", "--json"]));
     let gens: Vec<u64> = serde_json::from_str::<Vec<serde_json::Value>>(&log)
         .unwrap()
         .iter()
         .map(|e| e["generation"].as_u64().unwrap())
         .collect();
     assert_eq!(gens, vec![8, 7]);
-    let all = ok(&strata(&st, &["log", "--set", "s", "--all"], None));
+    let all = ok(&strata(&st, &["log", "--set", "s", "--all"]));
     assert!(all.contains("RETIRED"), "{all}");
-    let gone = strata(&st, &["cat", "--set", "s", "--gen", "3", "round"], None);
+    let gone = strata(&st, &["cat", "--set", "s", "--gen", "3", "round"]);
     assert!(
         !gone.status.success(),
         "a retired generation is not readable"
     );
-    ok(&strata(&st, &["verify", "--all"], None));
+    ok(&strata(&st, &["verify", "--all"]));
     assert_eq!(snapshot_gen(&store, "s", Some(7))[&b"round"[..]].data, b"7");
 }
 
@@ -142,24 +118,17 @@ fn a_tagged_generation_is_kept_by_retention_and_its_data_survives_sweeps() {
     ok(&strata(
         &st,
         &["tag", "--set", "s", "--gen", "2", "keep-me"],
-        None,
     ));
-    ok(&strata(
-        &st,
-        &["retain", "--set", "s", "--keep-last", "1"],
-        None,
-    ));
+    ok(&strata(&st, &["retain", "--set", "s", "--keep-last", "1"]));
     sweep_json(&st);
     sweep_json(&st);
     let kept = snapshot_gen(&store, "s", Some(2));
     assert_eq!(kept[&b"large.bin"[..]].data, noise(2, 600 << 10));
-    assert!(
-        strata(&st, &["cat", "--set", "s", "--gen", "3", "round"], None)
-            .status
-            .code()
-            .is_some_and(|c| c != 0)
-    );
-    ok(&strata(&st, &["verify", "--all"], None));
+    assert!(strata(&st, &["cat", "--set", "s", "--gen", "3", "round"])
+        .status
+        .code()
+        .is_some_and(|c| c != 0));
+    ok(&strata(&st, &["verify", "--all"]));
 }
 
 #[test]
@@ -169,10 +138,10 @@ fn a_sweep_killed_at_each_step_leaves_a_store_the_next_sweep_finishes() {
         let (_src, st, store) = many_generations(t.path());
         // Condemn first, so the killed sweep has something to delete.
         sweep_json(&st);
-        let killed = strata(
+        let killed = strata_failing(
             &st,
             &["sweep", "--grace", "0s"],
-            Some(&format!("{}=kill", step.name())),
+            &format!("{}=kill", step.name()),
         );
         assert_eq!(
             killed.status.signal(),
@@ -184,7 +153,7 @@ fn a_sweep_killed_at_each_step_leaves_a_store_the_next_sweep_finishes() {
         assert!(next.deferred.is_none(), "step {step}: {:?}", next.deferred);
         let last = sweep_json(&st);
         assert_eq!(last.condemned.count, 0, "step {step}: all garbage is gone");
-        ok(&strata(&st, &["verify", "--all"], None));
+        ok(&strata(&st, &["verify", "--all"]));
         assert_eq!(snapshot_gen(&store, "s", None)[&b"round"[..]].data, b"8");
     }
 }
@@ -198,16 +167,12 @@ fn a_staging_owner_that_cannot_be_judged_is_kept_and_holds_deletions_back() {
     commit_base(&store, "s", &src);
     rewrite(&src, 2);
     commit_base(&store, "s", &src);
-    ok(&strata(
-        &st,
-        &["retain", "--set", "s", "--keep-last", "1"],
-        None,
-    ));
+    ok(&strata(&st, &["retain", "--set", "s", "--keep-last", "1"]));
     // A name no attempt takes (a token is [A-Za-z0-9_-]).
     let odd = st.join("staging/not a token.owner");
     std::fs::write(&odd, b"").unwrap();
     let leases: Vec<serde_json::Value> =
-        serde_json::from_str(&ok(&strata(&st, &["leases", "--json"], None))).unwrap();
+        serde_json::from_str(&ok(&strata(&st, &["leases", "--json"]))).unwrap();
     let entry = leases
         .iter()
         .find(|l| l["key"] == "staging/not a token.owner")
@@ -243,10 +208,10 @@ fn residue_gets_a_verdict_unheld_is_reclaimed_and_invalid_is_kept() {
     commit_base(&store, "s", &src);
     // A commit killed mid-way leaves a staging owner nobody holds.
     rewrite(&src, 2);
-    let killed = strata(
+    let killed = strata_failing(
         &st,
         &["commit", "--set", "s", src.to_str().unwrap()],
-        Some("segments-written=kill"),
+        "segments-written=kill",
     );
     assert_eq!(killed.status.signal(), Some(libc::SIGKILL));
     let held = strata::pin::pin(&store, "s", None, "test").unwrap();
@@ -260,7 +225,7 @@ fn residue_gets_a_verdict_unheld_is_reclaimed_and_invalid_is_kept() {
     let orphan = st.join("journals/s/0123456789abcdef0123456789abcdef.journal");
     std::fs::write(&orphan, b"half a journal").unwrap();
     let leases: Vec<serde_json::Value> =
-        serde_json::from_str(&ok(&strata(&st, &["leases", "--json"], None))).unwrap();
+        serde_json::from_str(&ok(&strata(&st, &["leases", "--json"]))).unwrap();
     let verdict = |key: &str| {
         leases
             .iter()
@@ -437,7 +402,7 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
         }
     }
     assert!(retained >= 3, "seed {seed}: {retained} retained");
-    ok(&strata(&st, &["verify", "--all"], None));
+    ok(&strata(&st, &["verify", "--all"]));
 }
 
 #[test]
@@ -447,18 +412,13 @@ fn retain_dry_run_and_keep_all_retire_nothing() {
     let plan = ok(&strata(
         &st,
         &["retain", "--set", "s", "--keep-last", "1", "--dry-run"],
-        None,
     ));
     assert!(plan.contains("would retire: 1 2 3"), "{plan}");
-    let kept = ok(&strata(&st, &["retain", "--set", "s", "--keep-all"], None));
+    let kept = ok(&strata(&st, &["retain", "--set", "s", "--keep-all"]));
     assert!(kept.contains("retired: none"), "{kept}");
-    let log = ok(&strata(&st, &["log", "--set", "s"], None));
+    let log = ok(&strata(&st, &["log", "--set", "s"]));
     assert_eq!(log.lines().count(), 5, "{log}");
-    let two = ok(&strata(
-        &st,
-        &["retain", "--set", "s", "--keep-last", "2"],
-        None,
-    ));
+    let two = ok(&strata(&st, &["retain", "--set", "s", "--keep-last", "2"]));
     assert!(two.contains("retired: 1 2"), "{two}");
 }
 
@@ -481,20 +441,20 @@ fn a_sweep_with_nothing_new_writes_nothing_and_objects_keep_their_grace() {
     let t = tempfile::tempdir().unwrap();
     let (src, st, store) = many_generations(t.path());
     let hour = ["sweep", "--grace", "1h", "--json"];
-    let first: SweepReport = serde_json::from_str(&ok(&strata(&st, &hour, None))).unwrap();
+    let first: SweepReport = serde_json::from_str(&ok(&strata(&st, &hour))).unwrap();
     assert!(!first.unchanged && first.newly_condemned.count > 0);
     let files = epoch_files(&st);
-    let quiet: SweepReport = serde_json::from_str(&ok(&strata(&st, &hour, None))).unwrap();
+    let quiet: SweepReport = serde_json::from_str(&ok(&strata(&st, &hour))).unwrap();
     assert!(quiet.unchanged, "{quiet:?}");
     assert_eq!(quiet.epoch, first.epoch);
     assert_eq!(quiet.condemned, first.condemned);
     assert_eq!(epoch_files(&st), files, "a quiet sweep writes nothing");
-    let text = ok(&strata(&st, &["sweep", "--grace", "1h"], None));
+    let text = ok(&strata(&st, &["sweep", "--grace", "1h"]));
     assert!(text.contains("nothing changed since epoch"), "{text}");
     // Pack live ratios are reused, unless asked to recount (same result).
     assert_eq!(quiet.mark_rows, 0);
     let args = ["sweep", "--grace", "1h", "--recount", "--json"];
-    let recount: SweepReport = serde_json::from_str(&ok(&strata(&st, &args, None))).unwrap();
+    let recount: SweepReport = serde_json::from_str(&ok(&strata(&st, &args))).unwrap();
     assert!(recount.unchanged && recount.mark_rows > 0, "{recount:?}");
     // Past the grace, the objects condemned by the first sweep go.
     let second = sweep_json(&st);
@@ -511,7 +471,7 @@ fn a_sweep_with_nothing_new_writes_nothing_and_objects_keep_their_grace() {
     let third = sweep_json(&st);
     assert!(!third.unchanged && third.epoch == smaller.epoch + 1);
     assert_eq!(third.retired, vec![("s".to_string(), 7)]);
-    ok(&strata(&st, &["verify", "--all"], None));
+    ok(&strata(&st, &["verify", "--all"]));
 }
 
 #[test]
@@ -526,7 +486,7 @@ fn an_unreadable_condemned_list_restarts_the_grace_and_sweeps_go_on() {
     assert!(!second.warnings.is_empty());
     let third = sweep_json(&st);
     assert_eq!(third.deleted.count, first.condemned.count);
-    ok(&strata(&st, &["verify", "--all"], None));
+    ok(&strata(&st, &["verify", "--all"]));
 }
 
 #[test]
@@ -534,16 +494,8 @@ fn packs_rewritten_by_materialization_are_swept_once_unreachable() {
     let t = tempfile::tempdir().unwrap();
     let (_src, st, store, old_packs) = mostly_dead_packs(t.path());
     let expected = snapshot_gen(&store, "s", Some(2));
-    ok(&strata(
-        &st,
-        &["materialize", "--set", "s", "--in-process"],
-        None,
-    ));
-    ok(&strata(
-        &st,
-        &["retain", "--set", "s", "--keep-last", "1"],
-        None,
-    ));
+    ok(&strata(&st, &["materialize", "--set", "s", "--in-process"]));
+    ok(&strata(&st, &["retain", "--set", "s", "--keep-last", "1"]));
     sweep_json(&st);
     let second = sweep_json(&st);
     assert!(second.deleted.count > 0);
@@ -552,7 +504,7 @@ fn packs_rewritten_by_materialization_are_swept_once_unreachable() {
         assert!(!st.join(&key).exists(), "{key} was swept");
     }
     assert_eq!(snapshot_gen(&store, "s", Some(2)), expected);
-    ok(&strata(&st, &["verify", "--all"], None));
+    ok(&strata(&st, &["verify", "--all"]));
 }
 
 /// Overwrite the manifest of set `s`'s latest generation with garbage (an
@@ -574,7 +526,7 @@ fn an_unreadable_root_makes_the_sweep_delete_nothing_and_say_why() {
     sweep_json(&st);
     let latest = garble_latest_manifest(&store, &st);
     let before = object_bytes(&st);
-    let out = strata(&st, &["sweep", "--grace", "0s"], None);
+    let out = strata(&st, &["sweep", "--grace", "0s"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("sweep deleted nothing"), "{err}");
@@ -586,7 +538,7 @@ fn an_unreadable_root_makes_the_sweep_delete_nothing_and_say_why() {
 fn a_background_sweep_runs_in_process_only() {
     let t = tempfile::tempdir().unwrap();
     let (_src, st, _store) = many_generations(t.path());
-    let out = strata(&st, &["sweep", "--background"], None);
+    let out = strata(&st, &["sweep", "--background"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--in-process"));
     let args = [
@@ -597,7 +549,7 @@ fn a_background_sweep_runs_in_process_only() {
         "0s",
         "--json",
     ];
-    let report: serde_json::Value = serde_json::from_str(&ok(&strata(&st, &args, None))).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&ok(&strata(&st, &args))).unwrap();
     assert!(report["marked"].as_u64() > Some(0), "{report}");
 }
 
@@ -657,14 +609,12 @@ fn keep_within_keeps_recent_generations_only() {
     let hour = ok(&strata(
         &st,
         &["retain", "--set", "s", "--keep-within", "1h"],
-        None,
     ));
     assert!(hour.contains("retired: none"), "{hour}");
     std::thread::sleep(Duration::from_millis(1100));
     let second = ok(&strata(
         &st,
         &["retain", "--set", "s", "--keep-within", "1s"],
-        None,
     ));
     assert!(second.contains("retired: 1 2"), "latest stays: {second}");
 }

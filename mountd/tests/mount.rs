@@ -2,150 +2,18 @@
 //! `cat`, `ls`), follows commits, keeps old generations readable for open
 //! files, answers EIO for corrupt content only, and stops cleanly.
 
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use common::*;
 use std::fs;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use strata::commit::{commit, CommitOptions};
-use strata::storage::LocalStorage;
 use strata::Store;
-
-struct Mount {
-    child: Option<Child>,
-    point: PathBuf,
-}
-
-fn mounted(point: &Path) -> bool {
-    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
-    let p = point.to_str().unwrap();
-    mounts.lines().any(|l| l.split(' ').nth(1) == Some(p))
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-impl Mount {
-    fn start(store: &Path, point: &Path) -> Mount {
-        Mount::start_with(store, point, &[])
-    }
-
-    fn start_with(store: &Path, point: &Path, args: &[&str]) -> Mount {
-        fs::create_dir_all(point).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_strata-mountd"))
-            .arg("--store")
-            .arg(store)
-            .args(args)
-            .arg(point)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for("mount", || mounted(point));
-        Mount {
-            child: Some(child),
-            point: point.to_path_buf(),
-        }
-    }
-
-    fn signal(&self, sig: i32) {
-        let pid = self.child.as_ref().unwrap().id() as i32;
-        // SAFETY: signalling our own child process.
-        unsafe { libc::kill(pid, sig) };
-    }
-
-    /// Wait for the daemon to exit; returns its status and stderr.
-    fn wait(&mut self) -> (std::process::ExitStatus, String) {
-        let mut child = self.child.take().unwrap();
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        (child.wait().unwrap(), err)
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if mounted(&self.point) {
-            let _ = Command::new("umount").arg("-l").arg(&self.point).status();
-        }
-    }
-}
-
-/// A temporary store, mount point and source directory.
-struct Scratch {
-    _dir: tempfile::TempDir,
-    st: PathBuf,
-    mnt: PathBuf,
-    src: PathBuf,
-    store: Store,
-}
-
-fn scratch() -> Scratch {
-    let dir = tempfile::tempdir().unwrap();
-    let (st, mnt, src) = (
-        dir.path().join("store"),
-        dir.path().join("mnt"),
-        dir.path().join("src"),
-    );
-    let store = new_store(&st);
-    Scratch {
-        _dir: dir,
-        st,
-        mnt,
-        src,
-        store,
-    }
-}
-
-fn new_store(dir: &Path) -> Store {
-    fs::create_dir_all(dir).unwrap();
-    Store::init(Arc::new(LocalStorage::new(dir))).unwrap().0
-}
-
-fn commit_dir(store: &Store, set: &str, dir: &Path) -> u64 {
-    commit(store, &CommitOptions::new(set, dir), Default::default())
-        .unwrap()
-        .generation
-        .unwrap()
-}
-
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn write(root: &Path, rel: &str, data: &[u8]) {
-    let p = root.join(rel);
-    fs::create_dir_all(p.parent().unwrap()).unwrap();
-    fs::write(p, data).unwrap();
-}
 
 fn rich_tree(root: &Path, variant: u64) {
     write(
@@ -206,29 +74,20 @@ fn modes(root: &Path) -> Vec<(PathBuf, u32)> {
 
 #[test]
 fn every_generation_diffs_clean_against_the_tree_committed_as_it() {
-    let t = tempfile::tempdir().unwrap();
-    let (st, mnt) = (t.path().join("store"), t.path().join("mnt"));
-    let store = new_store(&st);
+    let sc = Scratch::new();
     let mut trees = Vec::new();
     for v in 0..3 {
-        let tree = t.path().join(format!("tree{v}"));
+        let tree = sc.path().join(format!("tree{v}"));
         rich_tree(&tree, v);
         if v == 2 {
             fs::remove_dir_all(tree.join("empty")).unwrap();
         }
-        let src = t.path().join("src");
-        let _ = fs::remove_dir_all(&src);
-        assert!(Command::new("cp")
-            .arg("-a")
-            .arg(&tree)
-            .arg(&src)
-            .status()
-            .unwrap()
-            .success());
-        assert_eq!(commit_dir(&store, "s", &src), v + 1);
+        let _ = fs::remove_dir_all(&sc.src);
+        copy_tree(&tree, &sc.src);
+        assert_eq!(sc.commit("s"), v + 1);
         trees.push(tree);
     }
-    let m = Mount::start(&st, &mnt);
+    let m = sc.mount();
     for (i, tree) in trees.iter().enumerate() {
         let gen = m.point.join(format!("s/gens/{}", i + 1));
         diff_r(tree, &gen);
@@ -247,23 +106,17 @@ fn every_generation_diffs_clean_against_the_tree_committed_as_it() {
 
 #[test]
 fn latest_follows_commits_while_old_readers_keep_their_generation() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"one");
-    write(&src, "dir/inner.txt", b"inner one");
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"one");
+    write(&sc.src, "dir/inner.txt", b"inner one");
+    sc.commit("s");
+    let m = sc.mount();
     let mut old = fs::File::open(m.point.join("s/latest/f.txt")).unwrap();
     let cwd_probe = m.point.join("s/gens/1/dir");
-    write(&src, "f.txt", b"two");
-    write(&src, "dir/inner.txt", b"inner two");
+    write(&sc.src, "f.txt", b"two");
+    write(&sc.src, "dir/inner.txt", b"inner two");
     let committed = Instant::now();
-    commit_dir(&store, "s", &src);
+    sc.commit("s");
     wait_for("latest to move", || {
         fs::read_link(m.point.join("s/latest")).unwrap() == Path::new("gens/2")
     });
@@ -308,20 +161,14 @@ fn flip_blob_byte(st: &Path, store: &Store, path: &[u8]) {
 
 #[test]
 fn a_flipped_byte_is_eio_for_that_file_only() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "big.bin", &noise(1, 2 << 20));
-    write(&src, "small.bin", &noise(2, 5000));
-    write(&src, "fine.txt", b"still fine");
-    commit_dir(&store, "s", &src);
-    flip_blob_byte(&st, &store, b"big.bin");
-    flip_blob_byte(&st, &store, b"small.bin");
-    let m = Mount::start(&st, &mnt);
+    let sc = Scratch::new();
+    write(&sc.src, "big.bin", &noise(1, 2 << 20));
+    write(&sc.src, "small.bin", &noise(2, 5000));
+    write(&sc.src, "fine.txt", b"still fine");
+    sc.commit("s");
+    flip_blob_byte(&sc.st, &sc.store, b"big.bin");
+    flip_blob_byte(&sc.st, &sc.store, b"small.bin");
+    let m = sc.mount();
     for bad in ["big.bin", "small.bin"] {
         let err = fs::read(m.point.join("s/latest").join(bad)).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EIO), "{bad}: {err}");
@@ -332,50 +179,31 @@ fn a_flipped_byte_is_eio_for_that_file_only() {
     );
 }
 
-/// Every file below `dir`, recursively.
-fn files_below(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        match p.is_dir() {
-            true => out.extend(files_below(&p)),
-            false => out.push(p),
-        }
-    }
-    out
-}
-
 #[test]
 fn a_corrupt_segment_fails_its_generation_only() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    let other = _dir.path().join("other");
+    let sc = Scratch::new();
+    let other = sc.path().join("other");
     for i in 0..600 {
-        write(&src, &format!("d{}/f{i}", i % 3), &noise(i, 40));
+        write(&sc.src, &format!("d{}/f{i}", i % 3), &noise(i, 40));
         write(&other, &format!("d{}/f{i}", i % 3), &noise(i + 1, 40));
     }
-    commit_dir(&store, "bad", &src);
-    let bad_segments = files_below(&st.join("segments"));
-    commit_dir(&store, "good", &other);
+    sc.commit("bad");
+    let bad_segments = files_under(&sc.st.join("segments"));
+    commit_gen(&sc.store, "good", &other);
     for seg in &bad_segments {
         let mut b = fs::read(seg).unwrap();
         let at = b.len() / 2;
         b[at] ^= 0x01;
         fs::write(seg, b).unwrap();
     }
-    let m = Mount::start(&st, &mnt);
+    let m = sc.mount();
     for round in 0..2 {
         let err = fs::read_dir(m.point.join("bad/latest/d1")).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EIO), "round {round}: {err}");
         diff_r(&other, &m.point.join("good/gens/1"));
     }
     assert!(
-        status(&st)["pid"].as_u64().is_some(),
+        status(&sc.st)["pid"].as_u64().is_some(),
         "the daemon still answers"
     );
 }
@@ -389,39 +217,33 @@ fn fails(program: &str, args: &[&Path]) -> String {
 
 #[test]
 fn a_missing_pack_or_segment_is_eio_and_logged_and_a_missing_name_is_enoent() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    let lost = _dir.path().join("lost");
-    let other = _dir.path().join("other");
-    write(&src, "small.txt", b"a small file, packed");
-    write(&src, "dir/also.txt", b"another one");
-    commit_dir(&store, "s", &src);
-    let view = strata::compose::GenView::open(&store, "s", None, "test").unwrap();
+    let sc = Scratch::new();
+    let lost = sc.path().join("lost");
+    let other = sc.path().join("other");
+    write(&sc.src, "small.txt", b"a small file, packed");
+    write(&sc.src, "dir/also.txt", b"another one");
+    sc.commit("s");
+    let view = strata::compose::GenView::open(&sc.store, "s", None, "test").unwrap();
     let row = view.lookup(b"small.txt").unwrap().unwrap();
     assert!(matches!(row.blob, strata::row::BlobLoc::Packed { .. }));
     drop(view);
-    let s_segments = files_below(&st.join("segments"));
-    let packs = files_below(&st.join("packs"));
+    let s_segments = files_under(&sc.st.join("segments"));
+    let packs = files_under(&sc.st.join("packs"));
     assert_eq!(packs.len(), 1, "{packs:?}");
     for i in 0..50 {
         write(&other, &format!("d/f{i}"), &noise(i, 40));
     }
-    commit_dir(&store, "t", &other);
-    let t_segments: Vec<PathBuf> = files_below(&st.join("segments"))
+    commit_gen(&sc.store, "t", &other);
+    let t_segments: Vec<PathBuf> = files_under(&sc.st.join("segments"))
         .into_iter()
         .filter(|f| !s_segments.contains(f))
         .collect();
     assert!(!t_segments.is_empty());
-    let mut m = Mount::start(&st, &mnt);
+    let mut m = sc.mount();
     // Both generations are pinned (latest) but nothing of them is read yet.
     fs::create_dir_all(&lost).unwrap();
     fs::rename(&packs[0], lost.join(packs[0].file_name().unwrap())).unwrap();
-    let pack_key = packs[0].strip_prefix(&st).unwrap().display().to_string();
+    let pack_key = packs[0].strip_prefix(&sc.st).unwrap().display().to_string();
     let small = m.point.join("s/latest/small.txt");
     let err = fails("cat", &[&small]);
     assert!(err.contains("Input/output error"), "cat: {err}");
@@ -469,19 +291,13 @@ fn a_missing_pack_or_segment_is_eio_and_logged_and_a_missing_name_is_enoent() {
 
 #[test]
 fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.bin", &noise(3, 3 << 20));
-    commit_dir(&store, "s", &src);
-    let mut m = Mount::start(&st, &mnt);
+    let sc = Scratch::new();
+    write(&sc.src, "f.bin", &noise(3, 3 << 20));
+    sc.commit("s");
+    let mut m = sc.mount();
     let mut open = fs::File::open(m.point.join("s/latest/f.bin")).unwrap();
     m.signal(libc::SIGTERM);
-    wait_for("detach", || !mounted(&mnt));
+    wait_for("detach", || !mounted(&sc.mnt));
     let mut buf = Vec::new();
     open.read_to_end(&mut buf).unwrap();
     assert_eq!(
@@ -498,32 +314,26 @@ fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
     assert!(status.success(), "clean exit: {err}");
     assert!(err.contains("pins released"), "{err}");
     assert_eq!(
-        fs::read_dir(st.join("pins/s")).unwrap().count(),
+        fs::read_dir(sc.st.join("pins/s")).unwrap().count(),
         0,
         "no pin left behind"
     );
 }
 
 /// `f.txt` ("content") committed to set `s` and served by a new mount.
-fn one_file_mounted(st: &Path, mnt: &Path, src: &Path, store: &Store) -> Mount {
-    write(src, "f.txt", b"content");
-    commit_dir(store, "s", src);
-    let m = Mount::start(st, mnt);
-    assert_eq!(fs::read(mnt.join("s/latest/f.txt")).unwrap(), b"content");
+fn one_file_mounted(sc: &Scratch) -> Mount {
+    write(&sc.src, "f.txt", b"content");
+    sc.commit("s");
+    let m = sc.mount();
+    assert_eq!(fs::read(sc.mnt.join("s/latest/f.txt")).unwrap(), b"content");
     m
 }
 
 #[test]
 fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    let mut m = one_file_mounted(&st, &mnt, &src, &store);
-    let pins: Vec<String> = fs::read_dir(st.join("pins/s"))
+    let sc = Scratch::new();
+    let mut m = one_file_mounted(&sc);
+    let pins: Vec<String> = fs::read_dir(sc.st.join("pins/s"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
@@ -531,7 +341,7 @@ fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
     m.signal(libc::SIGKILL);
     let (status, _) = m.wait();
     assert!(!status.success());
-    let listed = strata::pin::list(&store).unwrap();
+    let listed = strata::pin::list(&sc.store).unwrap();
     assert_eq!(listed.len(), pins.len());
     for p in &listed {
         assert_eq!(
@@ -542,7 +352,7 @@ fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
         );
         assert!(p.holder.starts_with("mountd"), "{}", p.holder);
     }
-    let swept = sweep_now(&store);
+    let swept = sweep_now(&sc.store);
     for p in &listed {
         assert!(
             swept.reclaimed.iter().any(|r| r.key == p.key),
@@ -550,15 +360,15 @@ fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
             p.key
         );
     }
-    assert!(strata::pin::list(&store).unwrap().is_empty());
-    let dead = fs::read(mnt.join("s/latest/f.txt")).unwrap_err();
+    assert!(strata::pin::list(&sc.store).unwrap().is_empty());
+    let dead = fs::read(sc.mnt.join("s/latest/f.txt")).unwrap_err();
     assert_eq!(dead.raw_os_error(), Some(libc::ENOTCONN), "{dead}");
-    let _fresh = Mount::start(&st, &mnt);
+    let _fresh = sc.mount();
     wait_for("the fresh daemon to replace the dead mount", || {
-        fs::read(mnt.join("s/latest/f.txt")).is_ok_and(|b| b == b"content")
+        fs::read(sc.mnt.join("s/latest/f.txt")).is_ok_and(|b| b == b"content")
     });
     assert_eq!(
-        mount_ids(&mnt).len(),
+        mount_ids(&sc.mnt).len(),
         1,
         "the dead mount was detached, not stacked on"
     );
@@ -660,16 +470,10 @@ fn all_stopped(pid: u32) -> bool {
 #[test]
 fn a_new_daemon_recovers_a_mount_hung_by_a_stuck_invalidation() {
     use std::os::unix::fs::MetadataExt;
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    let mut m = one_file_mounted(&st, &mnt, &src, &store);
-    let gens = fs::metadata(mnt.join("s/gens")).unwrap().ino();
-    let minor = strata::mounttab::find(&mnt).unwrap().unwrap().minor;
+    let sc = Scratch::new();
+    let mut m = one_file_mounted(&sc);
+    let gens = fs::metadata(sc.mnt.join("s/gens")).unwrap().ino();
+    let minor = strata::mounttab::find(&sc.mnt).unwrap().unwrap().minor;
     let waiting = format!("/sys/fs/fuse/connections/{minor}/waiting");
     let fuse = dup_fuse_fd(m.child.as_ref().unwrap().id());
     let mut guard = AbortGuard(Some(minor));
@@ -677,7 +481,7 @@ fn a_new_daemon_recovers_a_mount_hung_by_a_stuck_invalidation() {
     // is the lookup of `99` (a path from the mount point could instead
     // block on revalidating `s` or `gens`, whose entries live 500 ms, and
     // then hold no lock in `gens`).
-    let gens_dir = fs::File::open(mnt.join("s/gens")).unwrap();
+    let gens_dir = fs::File::open(sc.mnt.join("s/gens")).unwrap();
     let dirfd = std::os::fd::AsRawFd::as_raw_fd(&gens_dir);
     m.signal(libc::SIGSTOP);
     // SIGSTOP lands asynchronously: a thread still running could answer
@@ -707,7 +511,7 @@ fn a_new_daemon_recovers_a_mount_hung_by_a_stuck_invalidation() {
         Path::new(&waiting).exists(),
         "the connection outlives the daemon: the mount hangs, it is not dead"
     );
-    let _fresh = Mount::start(&st, &mnt);
+    let _fresh = sc.mount();
     // Nothing reads through the mount point before the connection is
     // aborted: a read from the hung mount would hang this test instead of
     // failing it.
@@ -716,9 +520,9 @@ fn a_new_daemon_recovers_a_mount_hung_by_a_stuck_invalidation() {
         .ok();
     guard.0 = None;
     wait_for("the fresh daemon to replace the hung mount", || {
-        fs::read(mnt.join("s/latest/f.txt")).is_ok_and(|b| b == b"content")
+        fs::read(sc.mnt.join("s/latest/f.txt")).is_ok_and(|b| b == b"content")
     });
-    assert_eq!(mount_ids(&mnt).len(), 1, "the hung mount was detached");
+    assert_eq!(mount_ids(&sc.mnt).len(), 1, "the hung mount was detached");
     assert_ne!(lookup.join().unwrap(), 0, "the waiting lookup failed");
     drop(gens_dir);
     // SAFETY: closing the descriptor this test duplicated.
@@ -727,16 +531,10 @@ fn a_new_daemon_recovers_a_mount_hung_by_a_stuck_invalidation() {
 
 #[test]
 fn writes_are_refused_read_only() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"x");
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"x");
+    sc.commit("s");
+    let m = sc.mount();
     let gen = m.point.join("s/gens/1");
     let e = fs::OpenOptions::new()
         .write(true)
@@ -763,22 +561,16 @@ fn writes_are_refused_read_only() {
 
 #[test]
 fn concurrent_readers_see_no_error_while_commits_land() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
+    let sc = Scratch::new();
     for i in 0..200 {
         write(
-            &src,
+            &sc.src,
             &format!("d{}/f{i}", i % 10),
             format!("needle {i}\n").as_bytes(),
         );
     }
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    sc.commit("s");
+    let m = sc.mount();
     let latest = m.point.join("s/latest/");
     let script = "for i in $(seq 30); do find \"$1\" >/dev/null && grep -rq needle \"$1\" && cat \"$1/d0/f0\" >/dev/null || { echo \"failed in round $i\"; exit 1; }; done";
     let readers: Vec<Child> = (0..3)
@@ -793,16 +585,16 @@ fn concurrent_readers_see_no_error_while_commits_land() {
         })
         .collect();
     for round in 0..6 {
-        write(&src, &format!("d{round}/new{round}"), b"needle new");
+        write(&sc.src, &format!("d{round}/new{round}"), b"needle new");
         if round > 0 {
-            fs::remove_file(src.join(format!("d{}/new{}", round - 1, round - 1))).unwrap();
+            fs::remove_file(sc.src.join(format!("d{}/new{}", round - 1, round - 1))).unwrap();
         }
         write(
-            &src,
+            &sc.src,
             "d1/f1",
             format!("needle rewritten {round}").as_bytes(),
         );
-        commit_dir(&store, "s", &src);
+        sc.commit("s");
         std::thread::sleep(Duration::from_millis(50));
     }
     for r in readers {
@@ -852,17 +644,11 @@ fn exchange(socket: &Path, bytes: &[u8]) -> Vec<serde_json::Value> {
 fn control_socket_answers_status_and_survives_bad_clients() {
     use std::io::Write;
     use std::os::unix::net::UnixStream;
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"x");
-    commit_dir(&store, "s", &src);
-    let _m = Mount::start(&st, &mnt);
-    let sock = control_socket(&st);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"x");
+    sc.commit("s");
+    let _m = sc.mount();
+    let sock = control_socket(&sc.st);
     let mode = fs::metadata(&sock).unwrap().permissions();
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
@@ -902,17 +688,11 @@ fn control_socket_answers_status_and_survives_bad_clients() {
 
 #[test]
 fn control_socket_refuses_another_uid() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"x");
-    commit_dir(&store, "s", &src);
-    let _m = Mount::start(&st, &mnt);
-    let sock = control_socket(&st);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"x");
+    sc.commit("s");
+    let _m = sc.mount();
+    let sock = control_socket(&sc.st);
     let client = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1]); s.sendall(b'{\"version\":1,\"command\":\"status\"}\\n'); print(s.makefile().readline())\nexcept OSError as e:\n    print('refused', e)\n";
     let out = Command::new("setpriv")
         .args([
@@ -957,30 +737,24 @@ fn names_in(dir: &Path) -> Vec<String> {
 /// generations, history) must still follow what they list.
 #[test]
 fn kept_listings_of_sets_generations_and_history_follow_commits() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"one");
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"one");
+    sc.commit("s");
+    let m = sc.mount();
     let gens = m.point.join("s/gens");
     let versions = m.point.join("s/history/f.txt");
     keep_listings(&gens.join("1"));
-    let reads = counter(&st, "dir_reads");
+    let reads = counter(&sc.st, "dir_reads");
     names_in(&gens.join("1"));
-    assert_eq!(counter(&st, "dir_reads"), reads, "listings are kept");
+    assert_eq!(counter(&sc.st, "dir_reads"), reads, "listings are kept");
     for _ in 0..2 {
         assert_eq!(names_in(&m.point), ["s"]);
         assert_eq!(names_in(&gens), ["1"]);
         assert_eq!(names_in(&versions), ["1"]);
     }
-    write(&src, "f.txt", b"two");
-    commit_dir(&store, "s", &src);
-    commit_dir(&store, "t", &src);
+    write(&sc.src, "f.txt", b"two");
+    sc.commit("s");
+    sc.commit("t");
     wait_for("latest", || {
         fs::read_link(m.point.join("s/latest")).ok() == Some("gens/2".into())
     });
@@ -992,33 +766,27 @@ fn kept_listings_of_sets_generations_and_history_follow_commits() {
 
 #[test]
 fn tags_appear_and_follow_untag_and_retag() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"one");
-    commit_dir(&store, "s", &src);
-    write(&src, "f.txt", b"two");
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"one");
+    sc.commit("s");
+    write(&sc.src, "f.txt", b"two");
+    sc.commit("s");
+    let m = sc.mount();
     let tag = m.point.join("s/tags/release");
     let tags = m.point.join("s/tags");
     keep_listings(&m.point.join("s/gens/1"));
     assert!(!tag.exists());
     // The kernel keeps the empty listing; it must not outlive the tag.
     assert!(names_in(&tags).is_empty());
-    strata::tag::tag(&store, "s", "release", Some(1)).unwrap();
+    strata::tag::tag(&sc.store, "s", "release", Some(1)).unwrap();
     wait_for("tag", || {
         fs::read_link(&tag).ok() == Some("../gens/1".into())
     });
     assert_eq!(fs::read(tag.join("f.txt")).unwrap(), b"one");
     wait_for("tag listed", || names_in(&tags) == ["release"]);
-    strata::tag::untag(&store, "s", "release").unwrap();
+    strata::tag::untag(&sc.store, "s", "release").unwrap();
     wait_for("untagged", || names_in(&tags).is_empty());
-    strata::tag::tag(&store, "s", "release", Some(2)).unwrap();
+    strata::tag::tag(&sc.store, "s", "release", Some(2)).unwrap();
     wait_for("moved tag", || {
         fs::read_link(&tag).ok() == Some("../gens/2".into())
     });
@@ -1028,13 +796,7 @@ fn tags_appear_and_follow_untag_and_retag() {
 #[test]
 fn a_million_entry_directory_lists_completely_and_seeks() {
     const N: usize = 1_000_000;
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        store,
-        ..
-    } = scratch();
+    let sc = Scratch::new();
     // A million names in one ext4 directory take minutes to create; tmpfs
     // takes seconds. The tree only feeds the commit.
     let shm = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir());
@@ -1045,9 +807,9 @@ fn a_million_entry_directory_lists_completely_and_seeks() {
     for i in 0..N {
         fs::File::create(dir.join(format!("f{i:07}"))).unwrap();
     }
-    commit_dir(&store, "s", &src);
+    commit_gen(&sc.store, "s", &src);
     drop(shm);
-    let m = Mount::start(&st, &mnt);
+    let m = sc.mount();
     let wide = m.point.join("s/gens/1/wide");
     let out = Command::new("ls").arg("-f").arg(&wide).output().unwrap();
     assert!(out.status.success());
@@ -1102,37 +864,35 @@ fn status(st: &Path) -> serde_json::Value {
 
 #[test]
 fn walked_generations_are_released_once_the_kernel_forgets_them() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
+    let sc = Scratch::new();
     for i in 0..300 {
-        write(&src, &format!("d{}/f{i}", i % 7), format!("{i}").as_bytes());
+        write(
+            &sc.src,
+            &format!("d{}/f{i}", i % 7),
+            format!("{i}").as_bytes(),
+        );
     }
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    sc.commit("s");
+    let m = sc.mount();
     let out = Command::new("find")
         .arg(m.point.join("s/gens/1"))
         .args(["-printf", "%s\n"])
         .output()
         .unwrap();
     assert_eq!(out.stdout.split(|b| *b == b'\n').count(), 300 + 8 + 1);
-    write(&src, "new", b"x");
-    commit_dir(&store, "s", &src);
+    write(&sc.src, "new", b"x");
+    sc.commit("s");
     wait_for("latest moves", || {
         fs::read_link(m.point.join("s/latest")).ok() == Some("gens/2".into())
     });
-    assert!(status(&st)["pinned_generations"].as_u64().unwrap() >= 2);
+    assert!(status(&sc.st)["pinned_generations"].as_u64().unwrap() >= 2);
     // Make the kernel drop its dentries and inodes: every lookup it counted
     // (lookup and readdirplus alike) comes back as a forget.
     wait_for("generation 1 released", || {
         fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        status(&st)["pinned_generations"].as_u64() == Some(1)
+        status(&sc.st)["pinned_generations"].as_u64() == Some(1)
     });
-    let pins = strata::pin::list(&store).unwrap();
+    let pins = strata::pin::list(&sc.store).unwrap();
     assert!(pins.iter().all(|p| p.generation == 2), "only latest pinned");
 }
 
@@ -1170,45 +930,39 @@ fn stat_listing(root: &Path) -> Vec<String> {
 
 #[test]
 fn a_walk_that_reads_only_names_instantiates_no_file_inodes() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
+    let sc = Scratch::new();
     for i in 0..2000 {
         write(
-            &src,
+            &sc.src,
             &format!("d{}/f{i}", i % 4),
             &noise(i, (i % 50) as usize),
         );
     }
-    symlink("d0/f0", src.join("link")).unwrap();
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    symlink("d0/f0", sc.src.join("link")).unwrap();
+    sc.commit("s");
+    let m = sc.mount();
     let root = m.point.join("s/gens/1");
     let names = Command::new("find").arg(&root).output().unwrap();
     assert_eq!(names.stdout.split(|b| *b == b'\n').count(), 2000 + 6 + 1);
     // Files went out bare: the kernel made no inode for them and looked
     // none up (only the few directories and synthetic nodes).
-    assert!(counter(&st, "bare_entries") >= 2001);
-    let held = counter(&st, "inodes");
+    assert!(counter(&sc.st, "bare_entries") >= 2001);
+    let held = counter(&sc.st, "inodes");
     assert!(held < 50, "{held} inodes held after a names-only walk");
-    let lookups = counter(&st, "lookups");
+    let lookups = counter(&sc.st, "lookups");
     assert!(lookups < 50, "{lookups} lookups during a names-only walk");
     // A walk that stats everything sees exactly the committed attributes.
     // It looks up the files of its first directory (listed bare); from
     // then on it is listed with attributes, so it looks up far fewer than
     // the 2,001 non-directory entries.
-    assert_eq!(stat_listing(&root), stat_listing(&src));
-    let looked_up = counter(&st, "lookups") - lookups;
+    assert_eq!(stat_listing(&root), stat_listing(&sc.src));
+    let looked_up = counter(&sc.st, "lookups") - lookups;
     assert!(
         (500..1500).contains(&looked_up),
         "{looked_up} lookups for a stat walk of 2,001 files in 4 directories"
     );
     assert!(
-        counter(&st, "inodes") > 2000,
+        counter(&sc.st, "inodes") > 2000,
         "the stat walk holds its inodes"
     );
 }
@@ -1218,18 +972,12 @@ fn a_walk_that_reads_only_names_instantiates_no_file_inodes() {
 /// its listings again with attributes instead of looking up every entry.
 #[test]
 fn bare_kept_listings_are_fetched_again_for_a_caller_that_stats() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
+    let sc = Scratch::new();
     for i in 0..2000 {
-        write(&src, &format!("d{}/f{i}", i % 4), &noise(i, 10));
+        write(&sc.src, &format!("d{}/f{i}", i % 4), &noise(i, 10));
     }
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    sc.commit("s");
+    let m = sc.mount();
     let root = m.point.join("s/gens/1");
     let find = || {
         let out = Command::new("find").arg(&root).output().unwrap();
@@ -1239,12 +987,12 @@ fn bare_kept_listings_are_fetched_again_for_a_caller_that_stats() {
     for _ in 0..3 {
         find();
     }
-    let reads = counter(&st, "dir_reads");
+    let reads = counter(&sc.st, "dir_reads");
     find();
-    assert_eq!(counter(&st, "dir_reads"), reads, "the listings are kept");
-    let lookups = counter(&st, "lookups");
-    assert_eq!(stat_listing(&root), stat_listing(&src));
-    let looked_up = counter(&st, "lookups") - lookups;
+    assert_eq!(counter(&sc.st, "dir_reads"), reads, "the listings are kept");
+    let lookups = counter(&sc.st, "lookups");
+    assert_eq!(stat_listing(&root), stat_listing(&sc.src));
+    let looked_up = counter(&sc.st, "lookups") - lookups;
     assert!(
         (400..1500).contains(&looked_up),
         "{looked_up} lookups for a stat walk of 2,000 files in 4 directories kept bare"
@@ -1253,25 +1001,19 @@ fn bare_kept_listings_are_fetched_again_for_a_caller_that_stats() {
 
 #[test]
 fn the_kernel_keeps_listings_once_a_directory_is_opened_again() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
+    let sc = Scratch::new();
     for i in 0..300 {
-        write(&src, &format!("d/f{i}"), b"x");
+        write(&sc.src, &format!("d/f{i}"), b"x");
     }
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    sc.commit("s");
+    let m = sc.mount();
     let dir = m.point.join("s/gens/1/d");
     let reads_of_one_listing = || {
-        let before = counter(&st, "dir_reads");
+        let before = counter(&sc.st, "dir_reads");
         let out = Command::new("ls").arg("-f").arg(&dir).output().unwrap();
         assert!(out.status.success(), "{out:?}");
         assert_eq!(out.stdout.split(|b| *b == b'\n').count(), 300 + 2 + 1);
-        counter(&st, "dir_reads") - before
+        counter(&sc.st, "dir_reads") - before
     };
     // First opening: served uncached; the second turns the kernel's
     // keeping of listings on and is served while it fills; from then on
@@ -1294,55 +1036,50 @@ struct DetachOnDrop(PathBuf);
 
 impl Drop for DetachOnDrop {
     fn drop(&mut self) {
-        if mounted(&self.0) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
+        detach(&self.0);
     }
 }
 
 #[test]
 fn a_user_mounts_unmounts_and_recovers_a_mount_of_their_own() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store: _,
-    } = scratch();
-    write(&src, "f.txt", b"content");
-    write(&src, "big.bin", &noise(3, 3 << 20));
-    fs::create_dir_all(&mnt).unwrap();
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"content");
+    write(&sc.src, "big.bin", &noise(3, 3 << 20));
+    fs::create_dir_all(&sc.mnt).unwrap();
     let chown = Command::new("chown")
         .args(["-R", "65534:65534"])
-        .arg(_dir.path())
+        .arg(sc.path())
         .status()
         .unwrap();
     assert!(chown.success());
-    let _guard = DetachOnDrop(mnt.clone());
-    let bin = env!("CARGO_BIN_EXE_strata-mountd").replace("strata-mountd", "strata");
+    let _guard = DetachOnDrop(sc.mnt.clone());
     let strata = |args: &[&str]| {
-        let o = as_nobody(&bin).arg("--store").arg(&st).args(args).output();
+        let o = as_nobody(bin())
+            .arg("--store")
+            .arg(&sc.st)
+            .args(args)
+            .output();
         let o = o.unwrap();
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         assert!(o.status.success(), "strata {args:?}: {err}");
         (String::from_utf8_lossy(&o.stdout).into_owned(), err)
     };
-    let point = mnt.to_str().unwrap();
-    strata(&["commit", "--set", "s", src.to_str().unwrap()]);
+    let point = sc.mnt.to_str().unwrap();
+    strata(&["commit", "--set", "s", sc.src.to_str().unwrap()]);
     // Debian's udev rule makes /dev/fuse 0666; this machine kind has no
     // udev and leaves it 0600, through which no user can mount: the
     // daemon's reason reaches the user. (Only this test mounts as a user.)
     let mode = |m| -> fs::Permissions { std::os::unix::fs::PermissionsExt::from_mode(m) };
     fs::set_permissions("/dev/fuse", mode(0o600)).unwrap();
-    let mut refused = as_nobody(&bin);
-    let refused = refused.arg("--store").arg(&st).args(["mount", point]);
+    let mut refused = as_nobody(bin());
+    let refused = refused.arg("--store").arg(&sc.st).args(["mount", point]);
     let refused = refused.output().unwrap();
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success());
     assert!(said.contains("/dev/fuse readable and writable"), "{said}");
     fs::set_permissions("/dev/fuse", mode(0o666)).unwrap();
     let read = || {
-        let o = as_nobody("cat").arg(mnt.join("s/latest/f.txt")).output();
+        let o = as_nobody("cat").arg(sc.mnt.join("s/latest/f.txt")).output();
         o.unwrap().stdout
     };
     // umount2 needs root: a user's mount goes through fusermount3, both
@@ -1351,17 +1088,14 @@ fn a_user_mounts_unmounts_and_recovers_a_mount_of_their_own() {
     assert_eq!(read(), b"content");
     // A standalone blob: no passthrough without CAP_SYS_ADMIN, so the
     // daemon serves its reads.
-    let big = as_nobody("cat").arg(mnt.join("s/latest/big.bin")).output();
+    let big = as_nobody("cat")
+        .arg(sc.mnt.join("s/latest/big.bin"))
+        .output();
     assert!(big.unwrap().stdout == noise(3, 3 << 20));
     strata(&["unmount", point]);
-    assert!(!mounted(&mnt));
+    assert!(!mounted(&sc.mnt));
     let (out, _) = strata(&["mount", point]);
-    let pid: i32 = out
-        .split("strata-mountd pid ")
-        .nth(1)
-        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no daemon pid in {out:?}"));
+    let pid = mounted_pid(&out);
     // SAFETY: signalling the daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     wait_for("the daemon to die", || ended(pid));
@@ -1370,26 +1104,20 @@ fn a_user_mounts_unmounts_and_recovers_a_mount_of_their_own() {
     let (_, err) = strata(&["mount", point]);
     assert!(err.contains("detached the stale mount"), "{err}");
     assert_eq!(read(), b"content");
-    assert_eq!(mount_ids(&mnt).len(), 1, "the stale mount was detached");
+    assert_eq!(mount_ids(&sc.mnt).len(), 1, "the stale mount was detached");
     strata(&["unmount", point]);
-    assert!(!mounted(&mnt));
+    assert!(!mounted(&sc.mnt));
 }
 
 #[test]
 fn verify_always_rechecks_a_blob_at_every_open() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "big.bin", &noise(9, 2 << 20));
-    commit_dir(&store, "s", &src);
-    let m = Mount::start_with(&st, &mnt, &["--verify", "always"]);
+    let sc = Scratch::new();
+    write(&sc.src, "big.bin", &noise(9, 2 << 20));
+    sc.commit("s");
+    let m = sc.mount_with(&["--verify", "always"]);
     let file = m.point.join("s/latest/big.bin");
     assert_eq!(fs::read(&file).unwrap(), noise(9, 2 << 20));
-    flip_blob_byte(&st, &store, b"big.bin");
+    flip_blob_byte(&sc.st, &sc.store, b"big.bin");
     let err = fs::read(&file).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
 }
@@ -1397,27 +1125,21 @@ fn verify_always_rechecks_a_blob_at_every_open() {
 #[test]
 fn owners_are_the_mounting_user_unless_preserved() {
     use std::os::unix::fs::MetadataExt;
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "owned.txt", b"x");
-    std::os::unix::fs::chown(src.join("owned.txt"), Some(1234), Some(5678)).unwrap();
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    let sc = Scratch::new();
+    write(&sc.src, "owned.txt", b"x");
+    std::os::unix::fs::chown(sc.src.join("owned.txt"), Some(1234), Some(5678)).unwrap();
+    sc.commit("s");
+    let m = sc.mount();
     let md = fs::metadata(m.point.join("s/latest/owned.txt")).unwrap();
     // SAFETY: getuid has no preconditions.
     assert_eq!(md.uid(), unsafe { libc::getuid() });
     drop(m);
-    let m = Mount::start_with(&st, &mnt, &["--preserve-owner"]);
+    let m = sc.mount_with(&["--preserve-owner"]);
     let md = fs::metadata(m.point.join("s/latest/owned.txt")).unwrap();
     assert_eq!((md.uid(), md.gid()), (1234, 5678));
     // A chown alone is a change the next commit records.
-    std::os::unix::fs::chown(src.join("owned.txt"), Some(4321), None).unwrap();
-    assert_eq!(commit_dir(&store, "s", &src), 2);
+    std::os::unix::fs::chown(sc.src.join("owned.txt"), Some(4321), None).unwrap();
+    assert_eq!(sc.commit("s"), 2);
     let md = fs::metadata(m.point.join("s/gens/2/owned.txt")).unwrap();
     assert_eq!(md.uid(), 4321);
 }
@@ -1428,11 +1150,11 @@ fn large_delta(store: &Store, src: &Path) {
         write(src, &format!("d{}/f{i}", i % 5), &noise(i, 600));
     }
     write(src, "big.bin", &noise(77, 3 << 20));
-    commit_dir(store, "s", src);
+    commit_gen(store, "s", src);
     for i in (0..200).step_by(2) {
         write(src, &format!("d{}/f{i}", i % 5), &noise(i + 900, 800));
     }
-    commit_dir(store, "s", src);
+    commit_gen(store, "s", src);
 }
 
 fn reads_from(store: &Store, generation: u64) -> strata::format::manifest::RepKind {
@@ -1445,15 +1167,9 @@ fn reads_from(store: &Store, generation: u64) -> strata::format::manifest::RepKi
 #[test]
 fn readers_keep_working_through_materialization() {
     use std::io::{Read, Seek};
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    large_delta(&store, &src);
-    let m = Mount::start_with(&st, &mnt, &["--no-materialize"]);
+    let sc = Scratch::new();
+    large_delta(&sc.store, &sc.src);
+    let m = sc.mount_with(&["--no-materialize"]);
     let gen2 = m.point.join("s/gens/2");
     let mut open = fs::File::open(gen2.join("big.bin")).unwrap();
     let mut head = vec![0u8; 4096];
@@ -1465,50 +1181,48 @@ fn readers_keep_working_through_materialization() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = materialize_gen(&store, 2);
+    let out = materialize_gen(&sc.store, 2);
     assert_eq!(out.state, Some(strata::task::TaskState::Published));
     assert_eq!(
-        reads_from(&store, 2),
+        reads_from(&sc.store, 2),
         strata::format::manifest::RepKind::Base
     );
     open.rewind().unwrap();
     let mut all = Vec::new();
     open.read_to_end(&mut all).unwrap();
-    assert_eq!(all, fs::read(src.join("big.bin")).unwrap(), "the open file");
+    assert_eq!(
+        all,
+        fs::read(sc.src.join("big.bin")).unwrap(),
+        "the open file"
+    );
     let counted = cwd.wait_with_output().unwrap();
     assert!(counted.status.success(), "the cwd in the generation");
     assert_eq!(String::from_utf8_lossy(&counted.stdout).trim(), "1400");
-    diff_r(&src, &gen2);
+    diff_r(&sc.src, &gen2);
     // Once the reader lets go, the daemon serves the new base only: the old
     // delta is no longer pinned by anyone.
     drop(open);
     wait_for("the old representation released", || {
         fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        let pins = strata::pin::list(&store).unwrap();
+        let pins = strata::pin::list(&sc.store).unwrap();
         pins.iter().all(|p| p.representation == "base")
     });
 }
 
 #[test]
 fn the_daemon_materializes_by_policy_and_on_request() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    large_delta(&store, &src);
+    let sc = Scratch::new();
+    large_delta(&sc.store, &sc.src);
     let args = ["--materialize-min-rows", "10", "--materialize-ratio", "0.1"];
-    let m = Mount::start_with(&st, &mnt, &args);
+    let m = sc.mount_with(&args);
     wait_for("policy materialization", || {
-        reads_from(&store, 2) == strata::format::manifest::RepKind::Base
+        reads_from(&sc.store, 2) == strata::format::manifest::RepKind::Base
     });
-    diff_r(&src, &m.point.join("s/gens/2"));
+    diff_r(&sc.src, &m.point.join("s/gens/2"));
     // A request through the socket: generation 3, a delta below the policy's ratio.
-    write(&src, "d0/f0", b"small");
-    commit_dir(&store, "s", &src);
-    let sock = control_socket(&st);
+    write(&sc.src, "d0/f0", b"small");
+    sc.commit("s");
+    let sock = control_socket(&sc.st);
     let replies = exchange(
         &sock,
         b"{\"version\":1,\"command\":\"materialize\",\"set\":\"s\",\"generation\":3,\"wait\":true}\n{\"version\":1,\"command\":\"materialize\"}\n{\"version\":1,\"command\":\"tasks\"}\n",
@@ -1521,26 +1235,20 @@ fn the_daemon_materializes_by_policy_and_on_request() {
     assert_eq!(replies[1]["error"]["kind"], "invalid-request");
     assert_eq!(replies[2]["result"].as_array().unwrap().len(), 2);
     assert_eq!(
-        reads_from(&store, 3),
+        reads_from(&sc.store, 3),
         strata::format::manifest::RepKind::Base
     );
-    diff_r(&src, &m.point.join("s/gens/3"));
+    diff_r(&sc.src, &m.point.join("s/gens/3"));
 }
 
 #[test]
 fn a_large_file_opened_twice_at_once_reads_in_both() {
     use std::io::Read;
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "big.bin", &noise(5, 3 << 20));
-    write(&src, "copy.bin", &noise(5, 3 << 20));
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    let sc = Scratch::new();
+    write(&sc.src, "big.bin", &noise(5, 3 << 20));
+    write(&sc.src, "copy.bin", &noise(5, 3 << 20));
+    sc.commit("s");
+    let m = sc.mount();
     // Three opens of one blob (two paths share its content) held together.
     let paths = ["s/gens/1/big.bin", "s/gens/1/big.bin", "s/latest/copy.bin"];
     let mut files: Vec<fs::File> = paths
@@ -1570,17 +1278,11 @@ fn the_policy_also_triggers_on_delta_bytes_and_base_age() {
             "1",
         ],
     ] {
-        let Scratch {
-            _dir,
-            st,
-            mnt,
-            src,
-            store,
-        } = scratch();
-        large_delta(&store, &src);
-        let _m = Mount::start_with(&st, &mnt, &args);
+        let sc = Scratch::new();
+        large_delta(&sc.store, &sc.src);
+        let _m = sc.mount_with(&args);
         wait_for("policy materialization", || {
-            reads_from(&store, 2) == strata::format::manifest::RepKind::Base
+            reads_from(&sc.store, 2) == strata::format::manifest::RepKind::Base
         });
     }
 }
@@ -1593,15 +1295,6 @@ fn sweep_now(store: &Store) -> strata::sweep::SweepReport {
         recount: false,
     };
     strata::sweep::sweep(store, &opts).unwrap()
-}
-
-fn commit_base(store: &Store, src: &Path) -> u64 {
-    let mut opts = CommitOptions::new("s", src);
-    opts.force_base = true;
-    commit(store, &opts, Default::default())
-        .unwrap()
-        .generation
-        .unwrap()
 }
 
 /// Store set `s`'s retention: keep the newest `n` generations.
@@ -1635,19 +1328,13 @@ fn pinned_generations(store: &Store) -> Vec<u64> {
 
 #[test]
 fn readers_in_retired_generations_keep_reading_until_they_let_go() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "a/old.txt", &noise(1, 300_000));
-    commit_base(&store, &src);
-    fs::remove_dir_all(src.join("a")).unwrap();
-    write(&src, "b.bin", &noise(2, 400_000));
-    commit_base(&store, &src);
-    let m = Mount::start_with(&st, &mnt, &["--sweep-every-s", "0"]);
+    let sc = Scratch::new();
+    write(&sc.src, "a/old.txt", &noise(1, 300_000));
+    commit_base(&sc.store, "s", &sc.src);
+    fs::remove_dir_all(sc.src.join("a")).unwrap();
+    write(&sc.src, "b.bin", &noise(2, 400_000));
+    commit_base(&sc.store, "s", &sc.src);
+    let m = sc.mount_with(&["--sweep-every-s", "0"]);
     let mut shell = Command::new("sh")
         .arg("-c")
         .arg("cd \"$1\" && read line && cat old.txt")
@@ -1659,14 +1346,14 @@ fn readers_in_retired_generations_keep_reading_until_they_let_go() {
         .unwrap();
     let mut open = fs::File::open(m.point.join("s/gens/2/b.bin")).unwrap();
     wait_for("the shell's cwd", || {
-        pinned_generations(&store).contains(&1)
+        pinned_generations(&sc.store).contains(&1)
     });
     for round in 3..=5 {
-        write(&src, "b.bin", &noise(round, 400_000));
-        commit_base(&store, &src);
+        write(&sc.src, "b.bin", &noise(round, 400_000));
+        commit_base(&sc.store, "s", &sc.src);
     }
-    keep_last(&store, 1);
-    let sock = control_socket(&st);
+    keep_last(&sc.store, 1);
+    let sock = control_socket(&sc.st);
     for _ in 0..2 {
         let r = exchange(
             &sock,
@@ -1692,35 +1379,33 @@ fn readers_in_retired_generations_keep_reading_until_they_let_go() {
     // them (memory pressure; here forced): then the daemon unpins them.
     wait_for("retired generations released", || {
         fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        pinned_generations(&store).iter().all(|&g| g == 5)
+        pinned_generations(&sc.store).iter().all(|&g| g == 5)
     });
-    let deleted = sweep_now(&store).deleted.count + sweep_now(&store).deleted.count;
+    let deleted = sweep_now(&sc.store).deleted.count + sweep_now(&sc.store).deleted.count;
     assert!(deleted > 0, "what the readers held is reclaimed");
-    assert_eq!(sweep_now(&store).condemned.count, 0);
+    assert_eq!(sweep_now(&sc.store).condemned.count, 0);
     assert!(fs::read(m.point.join("s/latest/b.bin")).unwrap() == noise(5, 400_000));
-    let report =
-        strata::verify::verify(&store, &["s".to_string()], strata::verify::Selection::All).unwrap();
+    let report = strata::verify::verify(
+        &sc.store,
+        &["s".to_string()],
+        strata::verify::Selection::All,
+    )
+    .unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
 #[test]
 fn the_daemon_sweeps_on_its_schedule_and_reports_it() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
+    let sc = Scratch::new();
     for round in 0..3 {
-        write(&src, "f.bin", &noise(round, 200_000));
-        commit_base(&store, &src);
+        write(&sc.src, "f.bin", &noise(round, 200_000));
+        commit_base(&sc.store, "s", &sc.src);
     }
-    keep_last(&store, 1);
-    let _m = Mount::start_with(&st, &mnt, &["--sweep-every-s", "1", "--sweep-grace-s", "0"]);
+    keep_last(&sc.store, 1);
+    let _m = sc.mount_with(&["--sweep-every-s", "1", "--sweep-grace-s", "0"]);
     let start = Instant::now();
     loop {
-        let last = status(&st)["last_sweep"].clone();
+        let last = status(&sc.st)["last_sweep"].clone();
         if last["epoch"].as_u64() >= Some(2) && last["deleted"]["count"].as_u64() > Some(0) {
             break;
         }
@@ -1730,22 +1415,12 @@ fn the_daemon_sweeps_on_its_schedule_and_reports_it() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let log = strata::index::GenIndex::new(&store, "s").all().unwrap();
+    let log = strata::index::GenIndex::new(&sc.store, "s").all().unwrap();
     let retired = log
         .values()
         .filter(|r| r.state == strata::format::record::State::Retired)
         .count();
     assert_eq!(retired, 2, "retention ran in the scheduled sweeps");
-}
-
-/// Whether process `pid` has ended (gone, or a zombie its parent has not
-/// reaped yet).
-fn ended(pid: i32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-    })
 }
 
 /// The pids of the sweep helpers (`strata sweep --serve`) of the store `st`
@@ -1774,17 +1449,11 @@ fn sweep_helpers(st: &Path) -> Vec<i32> {
 /// daemon.
 #[test]
 fn one_helper_serves_the_daemons_sweeps_and_is_replaced_when_killed() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"content");
-    commit_base(&store, &src);
-    let m = Mount::start_with(&st, &mnt, &["--sweep-every-s", "0"]);
-    let sock = control_socket(&st);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"content");
+    commit_base(&sc.store, "s", &sc.src);
+    let m = sc.mount_with(&["--sweep-every-s", "0"]);
+    let sock = control_socket(&sc.st);
     let sweep = || {
         let r = exchange(
             &sock,
@@ -1792,21 +1461,27 @@ fn one_helper_serves_the_daemons_sweeps_and_is_replaced_when_killed() {
         );
         assert_eq!(r[0]["ok"], true, "{}", r[0]);
     };
-    assert!(sweep_helpers(&st).is_empty(), "started at the first sweep");
+    assert!(
+        sweep_helpers(&sc.st).is_empty(),
+        "started at the first sweep"
+    );
     sweep();
-    let first = sweep_helpers(&st);
+    let first = sweep_helpers(&sc.st);
     assert_eq!(first.len(), 1, "{first:?}");
     sweep();
     sweep();
-    assert_eq!(sweep_helpers(&st), first, "the same helper serves on");
+    assert_eq!(sweep_helpers(&sc.st), first, "the same helper serves on");
     // SAFETY: signalling the helper this test's daemon started.
     unsafe { libc::kill(first[0], libc::SIGKILL) };
     wait_for("the helper to die", || ended(first[0]));
     sweep();
-    let second = sweep_helpers(&st);
+    let second = sweep_helpers(&sc.st);
     assert_eq!(second.len(), 1, "{second:?}");
     assert_ne!(second, first, "a new helper");
-    assert_eq!(status(&st)["last_sweep"]["error"], serde_json::Value::Null);
+    assert_eq!(
+        status(&sc.st)["last_sweep"]["error"],
+        serde_json::Value::Null
+    );
     m.signal(libc::SIGKILL);
     wait_for("the helper to end with the daemon", || ended(second[0]));
 }
@@ -1815,27 +1490,25 @@ fn one_helper_serves_the_daemons_sweeps_and_is_replaced_when_killed() {
 /// the daemon's answer and its last outcome, and the daemon keeps serving.
 #[test]
 fn a_failed_daemon_sweep_answers_the_sweeps_own_error() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"content");
-    commit_base(&store, &src);
-    let m = Mount::start_with(&st, &mnt, &["--sweep-every-s", "0"]);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"content");
+    commit_base(&sc.store, "s", &sc.src);
+    let m = sc.mount_with(&["--sweep-every-s", "0"]);
     assert_eq!(
         fs::read(m.point.join("s/latest/f.txt")).unwrap(),
         b"content"
     );
-    let manifest = strata::compose::GenView::open(&store, "s", None, "t")
+    let manifest = strata::compose::GenView::open(&sc.store, "s", None, "t")
         .unwrap()
         .top()
         .manifest_name
         .clone();
-    fs::write(st.join(format!("manifests/{manifest}.json")), b"{garbage").unwrap();
-    let sock = control_socket(&st);
+    fs::write(
+        sc.st.join(format!("manifests/{manifest}.json")),
+        b"{garbage",
+    )
+    .unwrap();
+    let sock = control_socket(&sc.st);
     let r = exchange(
         &sock,
         b"{\"version\":1,\"command\":\"sweep\",\"grace_ms\":0}\n",
@@ -1844,7 +1517,7 @@ fn a_failed_daemon_sweep_answers_the_sweeps_own_error() {
     assert_eq!(r[0]["ok"], false, "{}", r[0]);
     assert!(msg.starts_with("sweep deleted nothing"), "{msg}");
     assert!(msg.contains(&manifest), "names the manifest: {msg}");
-    let last = status(&st)["last_sweep"]["error"].clone();
+    let last = status(&sc.st)["last_sweep"]["error"].clone();
     assert_eq!(last.as_str(), Some(msg), "the outcome is remembered");
     assert_eq!(
         fs::read(m.point.join("s/latest/f.txt")).unwrap(),
@@ -1855,29 +1528,17 @@ fn a_failed_daemon_sweep_answers_the_sweeps_own_error() {
 #[test]
 fn a_materialized_older_generation_serves_new_walks_from_its_new_base() {
     use std::io::{Read, Seek};
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    large_delta(&store, &src);
-    let at2 = _dir.path().join("at2");
-    assert!(Command::new("cp")
-        .arg("-a")
-        .arg(&src)
-        .arg(&at2)
-        .status()
-        .unwrap()
-        .success());
-    write(&src, "later.txt", b"generation 3");
-    commit_dir(&store, "s", &src);
-    let m = Mount::start_with(&st, &mnt, &["--no-materialize"]);
+    let sc = Scratch::new();
+    large_delta(&sc.store, &sc.src);
+    let at2 = sc.path().join("at2");
+    copy_tree(&sc.src, &at2);
+    write(&sc.src, "later.txt", b"generation 3");
+    sc.commit("s");
+    let m = sc.mount_with(&["--no-materialize"]);
     let gen2 = m.point.join("s/gens/2");
     let mut open = fs::File::open(gen2.join("big.bin")).unwrap();
     let held_reps = |g: u64| -> Vec<String> {
-        strata::pin::list(&store)
+        strata::pin::list(&sc.store)
             .unwrap()
             .into_iter()
             .filter(|p| p.generation == g && p.state == strata::pin::PinState::Held)
@@ -1885,7 +1546,7 @@ fn a_materialized_older_generation_serves_new_walks_from_its_new_base() {
             .collect()
     };
     assert_eq!(held_reps(2), vec!["delta".to_string()]);
-    let out = materialize_gen(&store, 2);
+    let out = materialize_gen(&sc.store, 2);
     assert_eq!(out.state, Some(strata::task::TaskState::Published));
     // The daemon notices within a few refreshes and serves new walks from
     // the base; the open file keeps the delta it was opened from.
@@ -1916,19 +1577,13 @@ fn a_materialized_older_generation_serves_new_walks_from_its_new_base() {
 /// commit.
 #[test]
 fn history_lists_the_versions_of_a_path() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
+    let sc = Scratch::new();
     for data in [&b"one\n"[..], b"one\n", b"two\n"] {
-        write(&src, "d/f.txt", data);
-        write(&src, "other", &noise(data.len() as u64, 10));
-        commit_dir(&store, "s", &src);
+        write(&sc.src, "d/f.txt", data);
+        write(&sc.src, "other", &noise(data.len() as u64, 10));
+        sc.commit("s");
     }
-    let m = Mount::start(&st, &mnt);
+    let m = sc.mount();
     keep_listings(&m.point.join("s/gens/1"));
     let versions = m.point.join("s/history/d/f.txt");
     let listed = |p: &Path| -> Vec<String> {
@@ -1962,8 +1617,8 @@ fn history_lists_the_versions_of_a_path() {
     assert!(!versions.join("2").exists());
     assert!(!m.point.join("s/history/nope").exists());
 
-    write(&src, "d/f.txt", b"three\n");
-    commit_dir(&store, "s", &src);
+    write(&sc.src, "d/f.txt", b"three\n");
+    sc.commit("s");
     wait_for("new version", || versions.join("4").exists());
     wait_for("new version listed", || {
         listed(&versions) == ["1", "3", "4"]
@@ -1976,18 +1631,12 @@ fn history_lists_the_versions_of_a_path() {
 #[test]
 fn the_mount_is_private_to_the_mounting_user() {
     use std::os::unix::fs::PermissionsExt;
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"x");
-    commit_dir(&store, "s", &src);
-    let m = Mount::start(&st, &mnt);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"x");
+    sc.commit("s");
+    let m = sc.mount();
     let open_to_all = fs::Permissions::from_mode(0o711);
-    fs::set_permissions(mnt.parent().unwrap(), open_to_all).unwrap();
+    fs::set_permissions(sc.mnt.parent().unwrap(), open_to_all).unwrap();
     let file = m.point.join("s/latest/f.txt");
     assert_eq!(fs::read(&file).unwrap(), b"x");
     let out = Command::new("setpriv")
@@ -2005,21 +1654,15 @@ fn the_mount_is_private_to_the_mounting_user() {
 /// set is there; `strata metrics` prints it, and says so when no daemon runs.
 #[test]
 fn metrics_are_prometheus_text() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"x");
-    commit_dir(&store, "s", &src);
-    write(&src, "g.txt", b"y");
-    commit_dir(&store, "s", &src);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"x");
+    sc.commit("s");
+    write(&sc.src, "g.txt", b"y");
+    sc.commit("s");
     let strata = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_strata-mountd").replace("strata-mountd", "strata"))
+        Command::new(bin())
             .arg("--store")
-            .arg(&st)
+            .arg(&sc.st)
             .args(args)
             .output()
             .unwrap()
@@ -2028,10 +1671,10 @@ fn metrics_are_prometheus_text() {
     assert_eq!(none.status.code(), Some(5));
     let err = String::from_utf8_lossy(&none.stderr);
     assert!(err.contains("running mount daemon"), "{err}");
-    let m = Mount::start(&st, &mnt);
+    let m = sc.mount();
     assert_eq!(fs::read(m.point.join("s/latest/g.txt")).unwrap(), b"y");
     let reply = exchange(
-        &control_socket(&st),
+        &control_socket(&sc.st),
         b"{\"version\":1,\"command\":\"metrics\"}\n",
     );
     let text = reply[0]["result"]["text"].as_str().unwrap().to_string();
@@ -2064,17 +1707,11 @@ fn metrics_are_prometheus_text() {
 /// serving. `STRATA_FUZZ_CASES` sets the number of frames (default 256).
 #[test]
 fn control_socket_frames_are_fuzzed() {
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"x");
-    commit_dir(&store, "s", &src);
-    let _m = Mount::start(&st, &mnt);
-    let sock = control_socket(&st);
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"x");
+    sc.commit("s");
+    let _m = sc.mount();
+    let sock = control_socket(&sc.st);
     let cases: u64 = std::env::var("STRATA_FUZZ_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -2186,25 +1823,19 @@ fn fuzz_frame(next: &mut impl FnMut() -> u64) -> Vec<u8> {
 #[test]
 fn a_service_manager_is_told_ready_and_stopping() {
     use std::os::unix::net::UnixDatagram;
-    let Scratch {
-        _dir,
-        st,
-        mnt,
-        src,
-        store,
-    } = scratch();
-    write(&src, "f.txt", b"x");
-    commit_dir(&store, "s", &src);
-    let notify = _dir.path().join("notify.sock");
+    let sc = Scratch::new();
+    write(&sc.src, "f.txt", b"x");
+    sc.commit("s");
+    let notify = sc.path().join("notify.sock");
     let manager = UnixDatagram::bind(&notify).unwrap();
     manager
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    fs::create_dir_all(&mnt).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_strata-mountd"))
+    fs::create_dir_all(&sc.mnt).unwrap();
+    let child = Command::new(mountd_bin())
         .arg("--store")
-        .arg(&st)
-        .arg(&mnt)
+        .arg(&sc.st)
+        .arg(&sc.mnt)
         .env("NOTIFY_SOCKET", &notify)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -2212,13 +1843,13 @@ fn a_service_manager_is_told_ready_and_stopping() {
         .unwrap();
     let mut m = Mount {
         child: Some(child),
-        point: mnt.clone(),
+        point: sc.mnt.clone(),
     };
     let mut buf = [0u8; 256];
     let n = manager.recv(&mut buf).unwrap();
     assert!(buf[..n].starts_with(b"READY=1"), "{:?}", &buf[..n]);
-    assert!(mounted(&mnt), "ready means mounted");
-    assert_eq!(fs::read(mnt.join("s/latest/f.txt")).unwrap(), b"x");
+    assert!(mounted(&sc.mnt), "ready means mounted");
+    assert_eq!(fs::read(sc.mnt.join("s/latest/f.txt")).unwrap(), b"x");
     m.signal(libc::SIGTERM);
     let n = manager.recv(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"STOPPING=1");
