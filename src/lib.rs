@@ -18,6 +18,7 @@ pub mod identity;
 pub mod index;
 pub mod liveness;
 pub mod materialize;
+pub mod mount_tree;
 pub mod mounttab;
 pub mod os;
 pub mod pack_writer;

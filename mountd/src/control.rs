@@ -289,8 +289,8 @@ fn status(ctx: &Context) -> Answer {
         rss_bytes: rss_bytes(),
         sets: sets(ctx),
         uptime_s: ctx.started.elapsed().as_secs(),
-        verified_blobs: load(&ctx.stats.verified),
-        verify_failures: load(&ctx.stats.verify_failures),
+        verified_blobs: load(&ctx.stats.verify.verified),
+        verify_failures: load(&ctx.stats.verify.failures),
     })
 }
 

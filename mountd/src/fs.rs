@@ -1,17 +1,18 @@
-//! The FUSE filesystem: translates kernel requests into reads of pinned
-//! generations. No strata logic lives here; every handler resolves a node,
-//! asks the core (`GenView::locate`, `dir_entries`, `blob::read`), and maps
-//! errors to a deliberate errno, logging the cause. ENOENT means only "no
-//! such name": a lookup that finds no row (or no generation, tag or set of
-//! that name); an error from the core is mapped by its kind (`errno`), so a
-//! missing pack, blob or segment of a generation being served is EIO, never
-//! ENOENT. Every EIO is logged once, with what was being served (set,
-//! generation, path) and the object that failed. Handler bodies run under
+//! The FUSE filesystem: adapts kernel requests to the mount's virtual tree
+//! (`strata::mount_tree`: the layout, its resolution, synthetic listings
+//! and their stamps, attributes, the blob verification policy). What lives
+//! here is what only FUSE needs: inode numbers (node.rs), directory offsets
+//! of generation directories, replies and their TTLs, open handles,
+//! passthrough, the listing caches (listing_cache.rs, stat_habits.rs,
+//! synthetic_listing.rs) and the read-ahead thread.
+//!
+//! Errors: ENOENT means only "no such name" (`TreeError::NotFound`); an
+//! error from the core is mapped by its kind (`errno`), so a missing pack,
+//! blob or segment of a generation being served is EIO, never ENOENT.
+//! Every EIO is logged once, with what was being served (set, generation,
+//! path) and the object that failed. Handler bodies run under
 //! `catch_unwind`: a panic becomes EIO and a log line, never a dead mount;
 //! locks tolerate poisoning so one caught panic cannot disable the others.
-//!
-//! Layout: `/<set>/latest -> gens/<N>`, `/<set>/gens/<N>/...`,
-//! `/<set>/tags/<name> -> ../gens/<N>`.
 //!
 //! Generation directories are listed straight from row ranges: a directory
 //! offset is the position of the last entry served, so `readdir` resumes
@@ -24,28 +25,31 @@ use crate::listing_cache::ListingCache;
 use crate::node::{dir_offset, ino_of, is_entry, offset_pos, pack_pos, Inodes, Node, Resolved};
 use crate::read_ahead::ReadAhead;
 use crate::stat_habits::StatHabits;
-use crate::synthetic_listing::{self, DirItem, Snapshots};
+use crate::synthetic_listing::Snapshots;
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
-use std::collections::{HashMap, HashSet};
-use std::ffi::{OsStr, OsString};
+use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fs::File;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 use strata::compose::RowPos;
 use strata::error::{Error, ErrorKind};
-use strata::format::record::State;
-use strata::index::GenIndex;
-use strata::row::{join, BlobLoc, Kind, Row};
+use strata::mount_tree::layout::describe;
+use strata::mount_tree::listing::{items_from, DOTS};
+use strata::mount_tree::{
+    Attrs, Dir, DirItem, NodeKind, OpenedBlob, Tree, TreeError, Verifier, VerifyCounts,
+    VerifyPolicy,
+};
+use strata::row::{BlobLoc, Kind, Row};
 use strata::storage::pieces::Pieces;
-use strata::store::keys;
 use tracing::{error, info, warn};
 
 /// Generations never change: their entries and attributes live long.
@@ -55,7 +59,8 @@ const LIVE_TTL: Duration = Duration::from_millis(500);
 /// `st_blksize` of directories (see [`blksize`]).
 const DIR_BLKSIZE: u32 = 256 << 10;
 
-/// When standalone blobs are hashed in full before they are served.
+/// When standalone blobs are hashed in full before they are served
+/// (`--verify`; the policy is `strata::mount_tree::VerifyPolicy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum VerifyMode {
     /// At the first open of each blob in this daemon run.
@@ -64,6 +69,16 @@ pub(crate) enum VerifyMode {
     Always,
     /// Never (packed blobs are still checked: decoding includes the check).
     Off,
+}
+
+impl From<VerifyMode> for VerifyPolicy {
+    fn from(m: VerifyMode) -> VerifyPolicy {
+        match m {
+            VerifyMode::FirstOpen => VerifyPolicy::FirstOpen,
+            VerifyMode::Always => VerifyPolicy::Always,
+            VerifyMode::Off => VerifyPolicy::Off,
+        }
+    }
 }
 
 enum Handle {
@@ -110,8 +125,9 @@ enum Listed<'a> {
 pub(crate) struct Stats {
     pub(crate) inodes: AtomicU64,
     pub(crate) handles: AtomicU64,
-    pub(crate) verified: AtomicU64,
-    pub(crate) verify_failures: AtomicU64,
+    /// Blobs verified and verification failures (counted by the core's
+    /// `Verifier`).
+    pub(crate) verify: Arc<VerifyCounts>,
     /// Lookups answered with an entry.
     pub(crate) lookups: AtomicU64,
     /// Entries listed by readdirplus without attributes.
@@ -123,9 +139,8 @@ pub(crate) struct Stats {
 
 pub(crate) struct StrataFs {
     stats: Arc<Stats>,
-    gens: Arc<Gens>,
-    /// Sets served; empty means every set of the store.
-    only: Vec<String>,
+    /// The served tree: layout, listings, attributes.
+    tree: Tree,
     inodes: Mutex<Inodes>,
     /// Which callers get attributes with every listed entry.
     habits: StatHabits,
@@ -141,21 +156,16 @@ pub(crate) struct StrataFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     passthrough: bool,
-    verify: VerifyMode,
+    /// When standalone blobs are verified, and what was.
+    verifier: Verifier,
     /// Serve stored owners instead of the mounting user.
     preserve_owner: bool,
     /// Backing ids of blobs open with passthrough. The kernel requires every
     /// passthrough open of an inode to use the same backing id, so all opens
     /// of a blob share one while any is open.
     backings: Mutex<HashMap<[u8; 32], Weak<BackingId>>>,
-    /// Standalone blobs verified in full during this daemon run.
-    verified: Mutex<HashSet<[u8; 32]>>,
-    /// Verified piece trees of remote blobs read by ranged GETs, shared by
-    /// their open handles.
-    remote_pieces: Mutex<HashMap<[u8; 32], Weak<Pieces>>>,
     uid: u32,
     gid: u32,
-    started: SystemTime,
 }
 
 type Reply<T> = Result<T, Errno>;
@@ -165,10 +175,10 @@ type Stopped = (Arc<Gen>, RowPos);
 
 /// Map an error from the core to an errno by its kind, logging it once
 /// with `what` (the set, generation and path being served) and the object
-/// that failed. Never ENOENT: a name that does not exist is a lookup's
-/// `Ok(None)` (or [`absent_as_none`]), so an object the store lost (a
-/// deleted pack or segment of a pinned generation) is EIO, not a file that
-/// silently is not there.
+/// that failed. Never ENOENT: a name that does not exist is the tree's
+/// `TreeError::NotFound`, so an object the store lost (a deleted pack or
+/// segment of a pinned generation) is EIO, not a file that silently is not
+/// there.
 ///
 /// Conflict is EIO too, not EAGAIN: on a blocking descriptor EAGAIN means
 /// "would block", which readers either report confusingly or retry in a
@@ -194,16 +204,13 @@ fn errno(e: &Error, what: &str) -> Errno {
     }
 }
 
-/// A name of the mount's namespace the core reports as not existing: a
-/// generation the index has no committed record of (never was, not yet, or
-/// retired), a tag, a set without generations: `Ok(None)`, answered ENOENT.
-/// Everything else stays an error, a missing stored object
-/// (`Error::MissingObject`) included.
-fn absent_as_none<T>(r: strata::Result<T>) -> strata::Result<Option<T>> {
-    match r {
-        Ok(v) => Ok(Some(v)),
-        Err(Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e),
+/// The errno of the tree's answer: ENOENT only for "no such name".
+fn tree_errno(e: TreeError) -> Errno {
+    match e {
+        TreeError::NotFound => Errno::ENOENT,
+        TreeError::NotADirectory => Errno::ENOTDIR,
+        TreeError::NotALink | TreeError::BadOffset => Errno::EINVAL,
+        TreeError::Store { what, error } => errno(&error, &what),
     }
 }
 
@@ -214,14 +221,6 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Reply<T>) -> Reply<T> {
             error!("{what}: handler panicked; answered EIO");
             Err(Errno::EIO)
         }
-    }
-}
-
-fn time_of(ns: i64) -> SystemTime {
-    if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
     }
 }
 
@@ -236,48 +235,20 @@ fn blksize(kind: FileType) -> u32 {
     }
 }
 
-fn file_type(kind: Kind) -> FileType {
+fn file_type(kind: NodeKind) -> FileType {
     match kind {
-        Kind::Dir => FileType::Directory,
-        Kind::Symlink => FileType::Symlink,
-        _ => FileType::RegularFile,
+        NodeKind::Dir => FileType::Directory,
+        NodeKind::Symlink => FileType::Symlink,
+        NodeKind::File => FileType::RegularFile,
     }
 }
 
-fn describe(gen: &Gen, path: &[u8]) -> String {
-    format!(
-        "set={} gen={} path={}",
-        gen.set,
-        gen.generation,
-        if path.is_empty() {
-            "/".into()
-        } else {
-            strata::row::show(path)
-        }
-    )
-}
-
-/// The node `history/<path>` stands for, given the kind of `path` in latest.
-fn history_node(set: &str, path: Vec<u8>, kind: Kind) -> Node {
-    let set = set.to_string();
-    match kind {
-        Kind::Dir => Node::History { set, path },
-        _ => Node::Versions { set, path },
+fn ttl(attrs: &Attrs) -> Duration {
+    if attrs.live {
+        LIVE_TTL
+    } else {
+        IMMUTABLE_TTL
     }
-}
-
-/// `history/<path>/<N>` -> `../../gens/<N>/<path>`, one `..` per
-/// component of `path` and one for `history`.
-fn version_target(path: &[u8], generation: u64) -> Vec<u8> {
-    let depth = path.split(|&b| b == b'/').count() + 1;
-    let mut t = b"../".repeat(depth);
-    t.extend_from_slice(format!("gens/{generation}/").as_bytes());
-    t.extend_from_slice(path);
-    t
-}
-
-fn tag_target(generation: u64) -> Vec<u8> {
-    format!("../gens/{generation}").into_bytes()
 }
 
 impl StrataFs {
@@ -291,10 +262,10 @@ impl StrataFs {
     ) -> StrataFs {
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let verifier = Verifier::new(verify.into(), stats.verify.clone());
         StrataFs {
             stats,
-            gens,
-            only,
+            tree: Tree::new(gens, only, SystemTime::now()),
             inodes: Mutex::new(Inodes::default()),
             habits: StatHabits::default(),
             listings: ListingCache::default(),
@@ -304,14 +275,11 @@ impl StrataFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             passthrough: false,
-            verify,
+            verifier,
             preserve_owner,
             backings: Mutex::new(HashMap::new()),
-            verified: Mutex::new(HashSet::new()),
-            remote_pieces: Mutex::new(HashMap::new()),
             uid,
             gid,
-            started: SystemTime::now(),
         }
     }
 
@@ -319,32 +287,12 @@ impl StrataFs {
         self.inodes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn sets(&self) -> Reply<Vec<String>> {
-        let all = self
-            .gens
-            .store()
-            .sets()
-            .map_err(|e| errno(&e, "list sets"))?;
-        Ok(all
-            .into_iter()
-            .filter(|s| self.only.is_empty() || self.only.contains(s))
-            .collect())
-    }
-
     /// What inode `ino` stands for, with an entry's row read from its view.
     fn node(&self, ino: INodeNo) -> Reply<Node> {
         let resolved = self.inodes().get(ino.0).ok_or(Errno::ENOENT)?;
         match resolved {
             Resolved::Synthetic(n) => Ok(n),
-            Resolved::Entry(gen, pos) => {
-                let row = gen
-                    .view
-                    .row_at(pos)
-                    .map_err(|e| errno(&e, &describe(&gen, b"?")))?
-                    .ok_or(Errno::ENOENT)?;
-                let row = Box::new(row);
-                Ok(Node::Entry { gen, pos, row })
-            }
+            Resolved::Entry(gen, pos) => self.tree.entry_at(gen, pos).map_err(tree_errno),
         }
     }
 
@@ -365,379 +313,46 @@ impl StrataFs {
         Ok(ino)
     }
 
-    fn synthetic_attr(&self, ino: u64, kind: FileType, size: u64) -> FileAttr {
-        let perm = if kind == FileType::Symlink {
-            0o777
-        } else {
-            0o555
+    /// The kernel's attributes of inode `ino` from the tree's.
+    fn file_attr(&self, ino: u64, a: &Attrs) -> FileAttr {
+        let kind = file_type(a.kind);
+        let (uid, gid) = match a.owner {
+            Some(owner) if self.preserve_owner => owner,
+            _ => (self.uid, self.gid),
         };
         FileAttr {
             ino: INodeNo(ino),
-            size,
-            blocks: 0,
-            atime: self.started,
-            mtime: self.started,
-            ctime: self.started,
-            crtime: self.started,
+            size: a.size,
+            blocks: a.blocks,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+            crtime: a.atime,
             kind,
-            perm,
+            perm: a.perm,
             nlink: if kind == FileType::Directory { 2 } else { 1 },
-            uid: self.uid,
-            gid: self.gid,
+            uid,
+            gid,
             rdev: 0,
             blksize: blksize(kind),
             flags: 0,
         }
-    }
-
-    fn entry_attr(&self, ino: u64, row: &Row) -> FileAttr {
-        let t = time_of(row.mtime_ns);
-        let kind = file_type(row.kind);
-        FileAttr {
-            ino: INodeNo(ino),
-            size: row.size,
-            blocks: row.size.div_ceil(512),
-            atime: t,
-            mtime: t,
-            ctime: time_of(row.ctime_ns.max(row.mtime_ns)),
-            crtime: t,
-            kind,
-            perm: (row.mode & 0o7777) as u16,
-            nlink: if kind == FileType::Directory { 2 } else { 1 },
-            uid: if self.preserve_owner {
-                row.uid
-            } else {
-                self.uid
-            },
-            gid: if self.preserve_owner {
-                row.gid
-            } else {
-                self.gid
-            },
-            rdev: 0,
-            blksize: blksize(kind),
-            flags: 0,
-        }
-    }
-
-    /// The latest generation of `set` (pinned); ENOENT for an empty set.
-    fn latest_gen(&self, set: &str) -> Reply<Arc<Gen>> {
-        self.gens
-            .latest(set)
-            .map_err(|e| errno(&e, &format!("resolve latest set={set}")))?
-            .ok_or(Errno::ENOENT)
-    }
-
-    fn latest_target(&self, set: &str) -> Reply<Vec<u8>> {
-        let g = self.latest_gen(set)?;
-        Ok(format!("gens/{}", g.generation).into_bytes())
     }
 
     fn attr(&self, ino: u64, node: &Node) -> Reply<(FileAttr, Duration)> {
-        let link = |target: Vec<u8>| {
-            let len = target.len() as u64;
-            (self.synthetic_attr(ino, FileType::Symlink, len), LIVE_TTL)
-        };
-        Ok(match node {
-            Node::Root
-            | Node::Set(_)
-            | Node::Gens(_)
-            | Node::Tags(_)
-            | Node::History { .. }
-            | Node::Versions { .. } => {
-                let mut attr = self.synthetic_attr(ino, FileType::Directory, 0);
-                attr.mtime = self.listing_mtime(node);
-                (attr, LIVE_TTL)
-            }
-            Node::Version {
-                path, generation, ..
-            } => link(version_target(path, *generation)),
-            Node::GenRoot {
-                set,
-                generation,
-                gen,
-            } => {
-                let gen = self.root_gen(set, *generation, gen)?;
-                let root = gen
-                    .view
-                    .lookup(b"")
-                    .map_err(|e| errno(&e, &describe(&gen, b"")))?
-                    .ok_or_else(|| {
-                        error!(
-                            "{}: the generation has no root row; answered EIO",
-                            describe(&gen, b"")
-                        );
-                        Errno::EIO
-                    })?;
-                (self.entry_attr(ino, &root), IMMUTABLE_TTL)
-            }
-            Node::Latest(s) => link(self.latest_target(s)?),
-            Node::Tag(_, _, g) => link(tag_target(*g)),
-            Node::Entry { row, .. } => (self.entry_attr(ino, row), IMMUTABLE_TTL),
-        })
-    }
-
-    /// `gens/<name>`: the generation, opened (pinned) now.
-    fn generation_root(&self, set: &str, name: &OsStr) -> Reply<Node> {
-        let text = name.to_str().ok_or(Errno::ENOENT)?;
-        let n: u64 = text.parse().map_err(|_| Errno::ENOENT)?;
-        if n.to_string() != text {
-            return Err(Errno::ENOENT);
-        }
-        let gen = absent_as_none(self.gens.get(set, n))
-            .map_err(|e| errno(&e, &format!("open set={set} gen={n} path=/")))?
-            .ok_or(Errno::ENOENT)?;
-        Ok(Node::GenRoot {
-            set: set.to_string(),
-            generation: n,
-            gen: Some(gen),
-        })
-    }
-
-    /// The open generation of a generation root, opening it if needed.
-    fn root_gen(&self, set: &str, generation: u64, gen: &Option<Arc<Gen>>) -> Reply<Arc<Gen>> {
-        match gen {
-            Some(g) => Ok(g.clone()),
-            None => absent_as_none(self.gens.get(set, generation))
-                .map_err(|e| errno(&e, &format!("open set={set} gen={generation} path=/")))?
-                .ok_or(Errno::ENOENT),
-        }
-    }
-
-    fn entry(&self, gen: Arc<Gen>, path: &[u8]) -> Reply<Node> {
-        let (row, pos) = gen
-            .view
-            .locate(path)
-            .map_err(|e| errno(&e, &describe(&gen, path)))?
-            .ok_or(Errno::ENOENT)?;
-        let row = Box::new(row);
-        Ok(Node::Entry { gen, pos, row })
-    }
-
-    fn child(&self, parent: &Node, name: &OsStr) -> Reply<Node> {
-        match parent {
-            Node::Root => {
-                let set = name.to_str().ok_or(Errno::ENOENT)?;
-                self.sets()?
-                    .iter()
-                    .find(|s| *s == set)
-                    .map(|s| Node::Set(s.clone()))
-                    .ok_or(Errno::ENOENT)
-            }
-            Node::Set(s) => match name.as_bytes() {
-                b"latest" => Ok(Node::Latest(s.clone())),
-                b"gens" => Ok(Node::Gens(s.clone())),
-                b"tags" => Ok(Node::Tags(s.clone())),
-                b"history" => Ok(Node::History {
-                    set: s.clone(),
-                    path: Vec::new(),
-                }),
-                _ => Err(Errno::ENOENT),
-            },
-            Node::History { set, path } => self.history_child(set, &join(path, name.as_bytes())),
-            Node::Versions { set, path } => {
-                let n = name.to_str().and_then(|t| t.parse::<u64>().ok());
-                let n = n.ok_or(Errno::ENOENT)?;
-                self.versions(set, path)?
-                    .into_iter()
-                    .find(|v| v.generation == n)
-                    .map(|v| Node::Version {
-                        set: set.clone(),
-                        path: path.clone(),
-                        generation: v.generation,
-                    })
-                    .ok_or(Errno::ENOENT)
-            }
-            Node::Gens(s) => self.generation_root(s, name),
-            Node::Tags(s) => {
-                let t = name.to_str().ok_or(Errno::ENOENT)?;
-                let tag = absent_as_none(strata::tag::load(self.gens.store(), s, t))
-                    .map_err(|e| errno(&e, &format!("tag set={s} name={t}")))?
-                    .ok_or(Errno::ENOENT)?;
-                Ok(Node::Tag(s.clone(), tag.name, tag.generation))
-            }
-            Node::GenRoot {
-                set,
-                generation,
-                gen,
-            } => {
-                let gen = self.root_gen(set, *generation, gen)?;
-                self.entry(gen, name.as_bytes())
-            }
-            Node::Entry { gen, row, .. } if row.kind == Kind::Dir => {
-                self.entry(gen.clone(), &join(&row.path(), name.as_bytes()))
-            }
-            _ => Err(Errno::ENOTDIR),
-        }
+        let a = self.tree.attrs(node).map_err(tree_errno)?;
+        Ok((self.file_attr(ino, &a), ttl(&a)))
     }
 
     fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Reply<(FileAttr, Duration)> {
         let parent = self.node(parent)?;
-        let child = self.child(&parent, name)?;
+        let child = self
+            .tree
+            .child(&parent, name.as_bytes())
+            .map_err(tree_errno)?;
         let (mut attr, ttl) = self.attr(0, &child)?;
         attr.ino = INodeNo(self.register(child)?);
         Ok((attr, ttl))
-    }
-
-    fn listing(&self, node: &Node) -> Reply<Vec<DirItem>> {
-        let item = |node: Node, kind: FileType, name: &[u8]| DirItem {
-            node,
-            kind,
-            name: OsString::from_vec(name.to_vec()),
-        };
-        Ok(match node {
-            Node::Root => self
-                .sets()?
-                .into_iter()
-                .map(|s| item(Node::Set(s.clone()), FileType::Directory, s.as_bytes()))
-                .collect(),
-            Node::Set(s) => vec![
-                item(Node::Latest(s.clone()), FileType::Symlink, b"latest"),
-                item(Node::Gens(s.clone()), FileType::Directory, b"gens"),
-                item(Node::Tags(s.clone()), FileType::Directory, b"tags"),
-                item(
-                    Node::History {
-                        set: s.clone(),
-                        path: Vec::new(),
-                    },
-                    FileType::Directory,
-                    b"history",
-                ),
-            ],
-            Node::History { set, path } => self.history_items(set, path)?,
-            Node::Versions { set, path } => self
-                .versions(set, path)?
-                .into_iter()
-                .map(|v| {
-                    let name = v.generation.to_string();
-                    let n = Node::Version {
-                        set: set.clone(),
-                        path: path.clone(),
-                        generation: v.generation,
-                    };
-                    item(n, FileType::Symlink, name.as_bytes())
-                })
-                .collect(),
-            Node::Gens(s) => self.generation_items(s)?,
-            Node::Tags(s) => strata::tag::list(self.gens.store(), s)
-                .map_err(|e| errno(&e, &format!("list tags of {s}")))?
-                .into_iter()
-                .map(|t| {
-                    let n = Node::Tag(s.clone(), t.name.clone(), t.generation);
-                    item(n, FileType::Symlink, t.name.as_bytes())
-                })
-                .collect(),
-            _ => return Err(Errno::ENOTDIR),
-        })
-    }
-
-    /// The mtime of a synthetic directory: it changes when its listing does
-    /// (see synthetic_listing.rs). `gens/` and `history/…` follow the set's
-    /// index: their stamp is its record names (one listing of the index
-    /// directory, not a read of every record or generation, since a path
-    /// walk through them asks for these attributes), with the generations
-    /// this daemon holds for `gens/`. One that cannot be read now keeps the
-    /// daemon's start time (its reading will report the error).
-    fn listing_mtime(&self, node: &Node) -> SystemTime {
-        let stamped = match node {
-            Node::Gens(set) => self.index_stamp(set, true),
-            Node::History { set, .. } | Node::Versions { set, .. } => self.index_stamp(set, false),
-            _ => self
-                .listing(node)
-                .map(|items| synthetic_listing::mtime(self.started, &items)),
-        };
-        stamped.unwrap_or(self.started)
-    }
-
-    /// The stamp of the record names of `set`'s index, and of the
-    /// generations of `set` this daemon holds if `held`.
-    fn index_stamp(&self, set: &str, held: bool) -> Reply<SystemTime> {
-        let storage = self.gens.store().storage();
-        let mut names = storage
-            .list(&keys::index_dir(set))
-            .map_err(|e| errno(&e, &format!("list the index of set={set}")))?;
-        names.sort();
-        let mut parts: Vec<Vec<u8>> = names.into_iter().map(String::into_bytes).collect();
-        if held {
-            let mut gens: Vec<u64> = self
-                .gens
-                .held_views()
-                .into_iter()
-                .filter(|(s, _, _)| s == set)
-                .map(|(_, g, _)| g)
-                .collect();
-            gens.sort();
-            parts.push(b"held".to_vec());
-            parts.extend(gens.iter().map(|g| g.to_le_bytes().to_vec()));
-        }
-        Ok(synthetic_listing::stamp(self.started, parts))
-    }
-
-    /// `history/<path>` for `path` of the latest generation: a directory
-    /// there is another history directory, anything else its versions.
-    fn history_child(&self, set: &str, path: &[u8]) -> Reply<Node> {
-        let latest = self.latest_gen(set)?;
-        let row = latest
-            .view
-            .lookup(path)
-            .map_err(|e| errno(&e, &describe(&latest, path)))?
-            .ok_or(Errno::ENOENT)?;
-        Ok(history_node(set, path.to_vec(), row.kind))
-    }
-
-    /// The entries of directory `path` of the latest generation, as
-    /// history nodes.
-    fn history_items(&self, set: &str, path: &[u8]) -> Reply<Vec<DirItem>> {
-        let latest = self.latest_gen(set)?;
-        let rows = latest
-            .view
-            .list_dir(path)
-            .map_err(|e| errno(&e, &describe(&latest, path)))?;
-        Ok(rows
-            .into_iter()
-            .map(|r| DirItem {
-                node: history_node(set, r.path(), r.kind),
-                kind: FileType::Directory,
-                name: OsString::from_vec(r.name),
-            })
-            .collect())
-    }
-
-    /// The versions of `path` in `set`, each looked up through this
-    /// daemon's pinned views (a generation retired meanwhile is passed over).
-    fn versions(&self, set: &str, path: &[u8]) -> Reply<Vec<strata::history::Version>> {
-        let what = || format!("history set={set} path={}", strata::row::show(path));
-        let committed = absent_as_none(strata::history::committed(self.gens.store(), set))
-            .map_err(|e| errno(&e, &what()))?
-            .ok_or(Errno::ENOENT)?;
-        let gens: Vec<u64> = committed.into_iter().map(|(g, _)| g).collect();
-        strata::history::versions_in(&gens, |g| match absent_as_none(self.gens.get(set, g))? {
-            Some(gen) => gen.view.lookup(path),
-            None => Ok(None),
-        })
-        .map_err(|e| errno(&e, &what()))
-    }
-
-    /// Committed generations of `set`, as unopened generation roots.
-    fn generation_items(&self, set: &str) -> Reply<Vec<DirItem>> {
-        let all = GenIndex::new(self.gens.store(), set)
-            .all()
-            .map_err(|e| errno(&e, &format!("list generations set={set}")))?;
-        let held = self.gens.held_views();
-        let pinned = |g: u64| held.iter().any(|(s, h, _)| s == set && *h == g);
-        Ok(all
-            .into_iter()
-            .filter(|(g, r)| r.state == State::Committed || pinned(*g))
-            .map(|(g, _)| DirItem {
-                node: Node::GenRoot {
-                    set: set.to_string(),
-                    generation: g,
-                    gen: None,
-                },
-                kind: FileType::Directory,
-                name: OsString::from(g.to_string()),
-            })
-            .collect())
     }
 
     /// Have the kernel drop the listings it keeps of directories `dirs`
@@ -774,102 +389,6 @@ impl StrataFs {
         }
     }
 
-    /// Verify a whole standalone blob as the verify mode asks.
-    fn must_verify(&self, digest: &[u8; 32]) -> bool {
-        match self.verify {
-            VerifyMode::Off => false,
-            VerifyMode::FirstOpen => !self
-                .verified
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .contains(digest),
-            VerifyMode::Always => true,
-        }
-    }
-
-    fn verify_standalone(&self, file: &File, digest: [u8; 32], what: &str) -> Reply<()> {
-        if !self.must_verify(&digest) {
-            return Ok(());
-        }
-        let mut hasher = blake3::Hasher::new();
-        let mut reader = file;
-        std::io::copy(&mut reader, &mut hasher).map_err(|e| {
-            let key = keys::blob(&hex::encode(digest));
-            error!("{what} object={key}: read blob: {e}; answered EIO");
-            Errno::EIO
-        })?;
-        self.verified_as(hasher, digest, what)
-    }
-
-    /// The verified piece tree of a remote blob served by ranged reads:
-    /// shared while any handle holds it (with `first-open`), else built by
-    /// hashing the blob in ranged reads; `None` when verification is off.
-    fn remote_pieces(
-        &self,
-        key: &str,
-        size: u64,
-        digest: [u8; 32],
-        what: &str,
-    ) -> Reply<Option<Arc<Pieces>>> {
-        if self.verify == VerifyMode::Off {
-            return Ok(None);
-        }
-        let mut known = self
-            .remote_pieces
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if self.verify == VerifyMode::FirstOpen {
-            if let Some(p) = known.get(&digest).and_then(Weak::upgrade) {
-                return Ok(Some(p));
-            }
-        }
-        drop(known);
-        let storage = self.gens.store().storage();
-        let pieces = match Pieces::verify(storage.as_ref(), key, size, &digest) {
-            Ok(p) => Arc::new(p),
-            Err(e) if e.kind() == strata::ErrorKind::Corrupt => {
-                self.stats.verify_failures.fetch_add(1, Ordering::Relaxed);
-                error!("{what} blob={key}: {}; answered EIO", strata::cli_chain(&e));
-                return Err(Errno::EIO);
-            }
-            Err(e) => return Err(errno(&e, what)),
-        };
-        self.mark_verified(digest);
-        known = self
-            .remote_pieces
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        known.retain(|_, w| w.strong_count() > 0);
-        known.insert(digest, Arc::downgrade(&pieces));
-        Ok(Some(pieces))
-    }
-
-    fn mark_verified(&self, digest: [u8; 32]) {
-        let new = self
-            .verified
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(digest);
-        if new {
-            self.stats.verified.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn verified_as(&self, hasher: blake3::Hasher, digest: [u8; 32], what: &str) -> Reply<()> {
-        if hasher.finalize().as_bytes() != &digest {
-            self.stats.verify_failures.fetch_add(1, Ordering::Relaxed);
-            error!(
-                "{what} blob={}: content fails its BLAKE3 check; answered EIO",
-                hex::encode(digest)
-            );
-            return Err(Errno::EIO);
-        }
-        self.mark_verified(digest);
-        Ok(())
-    }
-}
-
-impl StrataFs {
     /// The backing id of `digest`: the one its current opens share, or a new one.
     fn backing(
         &self,
@@ -907,7 +426,7 @@ impl StrataFs {
         }
         let what = describe(&gen, &row.path());
         match (row.blob, row.digest) {
-            (BlobLoc::Standalone, Some(digest)) => self.open_standalone(digest, row.size, &what),
+            (BlobLoc::Standalone, Some(digest)) => self.open_standalone(digest, row.size, what),
             _ => {
                 let blob = LazyBlob {
                     row,
@@ -922,52 +441,33 @@ impl StrataFs {
         }
     }
 
-    /// Open a standalone blob; a local copy of a remote blob that fails
-    /// its check is dropped and fetched once more.
-    fn open_standalone(&self, digest: [u8; 32], size: u64, what: &str) -> Reply<Opened> {
-        let key = keys::blob(&hex::encode(digest));
-        match self.open_blob(&key, digest, size, what) {
-            Err(Errno::EIO) if self.gens.store().storage().evict_copy(&key) => {
-                warn!("{what}: the local copy of {key} was dropped; fetching it again");
-                self.open_blob(&key, digest, size, what)
-            }
-            r => r,
-        }
-    }
-
-    fn open_blob(&self, key: &str, digest: [u8; 32], size: u64, what: &str) -> Reply<Opened> {
+    /// Open a standalone blob as the verification policy allows; a local
+    /// copy of a remote blob that fails its check is dropped and fetched
+    /// once more (logged).
+    fn open_standalone(&self, digest: [u8; 32], size: u64, what: String) -> Reply<Opened> {
         let opened = self
-            .gens
-            .store()
-            .storage()
-            .open_file(key)
-            .map_err(|e| errno(&e, what))?;
-        let Some(file) = opened else {
-            let pieces = self.remote_pieces(key, size, digest, what)?;
-            return Ok(Opened::Handle(
+            .verifier
+            .open_standalone(self.tree.store(), digest, size, |e| {
+                errno(e, &what);
+                let key = e.object().unwrap_or("-");
+                warn!("{what}: the local copy of {key} was dropped; fetching it again");
+            })
+            .map_err(|e| errno(&e, &what))?;
+        Ok(match opened {
+            OpenedBlob::Local(file) if self.passthrough => Opened::Passthrough(file, digest),
+            OpenedBlob::Local(file) => {
+                Opened::Handle(Handle::File(file), FopenFlags::FOPEN_KEEP_CACHE)
+            }
+            OpenedBlob::Remote { key, size, pieces } => Opened::Handle(
                 Handle::Remote {
-                    key: key.to_string(),
+                    key,
                     size,
                     pieces,
-                    what: what.to_string(),
+                    what,
                 },
                 FopenFlags::FOPEN_KEEP_CACHE,
-            ));
-        };
-        let just_verified =
-            self.verify == VerifyMode::FirstOpen && self.gens.store().storage().verified_copy(key);
-        if just_verified {
-            self.mark_verified(digest);
-        } else {
-            self.verify_standalone(&file, digest, what)?;
-        }
-        if self.passthrough {
-            return Ok(Opened::Passthrough(file, digest));
-        }
-        Ok(Opened::Handle(
-            Handle::File(file),
-            FopenFlags::FOPEN_KEEP_CACHE,
-        ))
+            ),
+        })
     }
 
     fn do_read(&self, fh: FileHandle, offset: u64, size: u32) -> Reply<Vec<u8>> {
@@ -984,8 +484,18 @@ impl StrataFs {
                     let (key, total, pieces) = (key.clone(), *total, pieces.clone());
                     let what = what.clone();
                     drop(handles);
-                    let at = (offset, size);
-                    return self.read_remote(&key, total, pieces.as_deref(), at, &what);
+                    // One read by ranged GETs; the lock is not held.
+                    return self
+                        .verifier
+                        .read_remote(
+                            self.tree.store(),
+                            &key,
+                            total,
+                            pieces.as_deref(),
+                            offset,
+                            u64::from(size),
+                        )
+                        .map_err(|e| errno(&e, &what));
                 }
                 Some(Handle::File(f)) | Some(Handle::Passthrough { file: f, .. }) => {
                     let mut buf = vec![0u8; size as usize];
@@ -1000,42 +510,12 @@ impl StrataFs {
             }
         };
         let data = blob.data.get_or_init(|| {
-            strata::blob::read(self.gens.store(), &blob.row).map_err(|e| errno(&e, &blob.what))
+            strata::blob::read(self.tree.store(), &blob.row).map_err(|e| errno(&e, &blob.what))
         });
         let b = data.as_ref().map_err(|e| *e)?;
         let start = (offset as usize).min(b.len());
         let end = start.saturating_add(size as usize).min(b.len());
         Ok(b[start..end].to_vec())
-    }
-
-    /// One read of a blob served by ranged GETs (the lock is not held),
-    /// checked piece by piece unless verification is off.
-    fn read_remote(
-        &self,
-        key: &str,
-        total: u64,
-        pieces: Option<&Pieces>,
-        (offset, size): (u64, u32),
-        what: &str,
-    ) -> Reply<Vec<u8>> {
-        let storage = self.gens.store().storage();
-        let read = match pieces {
-            Some(p) => p.read(storage.as_ref(), offset, u64::from(size)),
-            None => {
-                let start = offset.min(total);
-                let n = u64::from(size).min(total - start);
-                if n == 0 {
-                    return Ok(Vec::new());
-                }
-                storage.get_range_uncached(key, start, n)
-            }
-        };
-        read.map_err(|e| {
-            if e.kind() == strata::ErrorKind::Corrupt {
-                self.stats.verify_failures.fetch_add(1, Ordering::Relaxed);
-            }
-            errno(&e, what)
-        })
     }
 
     /// Feed the entries of directory `ino` from `offset` on to `emit`
@@ -1051,41 +531,34 @@ impl StrataFs {
         offset: u64,
         mut emit: impl FnMut(u64, Listed<'_>) -> Reply<bool>,
     ) -> Reply<Option<Stopped>> {
-        enum Dir {
+        enum Source {
             Listing(Arc<Vec<DirItem>>),
             Gen(Arc<Gen>, Vec<u8>),
         }
-        let dir = match self.node(ino)? {
-            Node::GenRoot {
-                set,
-                generation,
-                gen,
-            } => Dir::Gen(self.root_gen(&set, generation, &gen)?, Vec::new()),
-            Node::Entry { gen, row, .. } if row.kind == Kind::Dir => Dir::Gen(gen, row.path()),
-            Node::Entry { .. } | Node::Latest(_) | Node::Tag(..) | Node::Version { .. } => {
-                return Err(Errno::ENOTDIR)
-            }
-            node => Dir::Listing(
+        let node = self.node(ino)?;
+        let source = match self.tree.dir(&node).map_err(tree_errno)? {
+            Dir::Gen(gen, path) => Source::Gen(gen, path),
+            Dir::Synthetic => Source::Listing(
                 self.snapshots
-                    .get(ino.0, offset == 0, || self.listing(&node))?,
+                    .get(ino.0, offset == 0, || self.tree.list(&node))
+                    .map_err(tree_errno)?,
             ),
         };
-        for (i, dot) in [".", ".."].into_iter().enumerate() {
+        for (i, dot) in DOTS.into_iter().enumerate() {
             if offset <= i as u64 && emit(i as u64 + 1, Listed::Dot(dot))? {
                 return Ok(None);
             }
         }
-        match dir {
-            Dir::Listing(items) => {
-                let from = offset.saturating_sub(2) as usize;
-                for (i, item) in items.iter().enumerate().skip(from) {
-                    if emit(i as u64 + 3, Listed::Synthetic(item))? {
+        match source {
+            Source::Listing(items) => {
+                for (off, item) in items_from(&items, offset) {
+                    if emit(off, Listed::Synthetic(item))? {
                         break;
                     }
                 }
                 Ok(None)
             }
-            Dir::Gen(gen, path) => self.walk_gen_dir(&gen, &path, offset, emit),
+            Source::Gen(gen, path) => self.walk_gen_dir(&gen, &path, offset, emit),
         }
     }
 
@@ -1096,19 +569,15 @@ impl StrataFs {
         offset: u64,
         mut emit: impl FnMut(u64, Listed<'_>) -> Reply<bool>,
     ) -> Reply<Option<Stopped>> {
-        let what = || describe(gen, path);
         let after = match offset_pos(offset) {
             None if offset <= 2 => None,
             // Not an offset this daemon handed out: nothing lies there.
             None => return Ok(None),
-            Some(pos) => match gen.view.row_at(pos).map_err(|e| errno(&e, &what()))? {
-                Some(r) if r.parent == path => Some(r.name),
-                _ => return Err(Errno::EINVAL),
-            },
+            Some(pos) => Some(pos),
         };
         let (mut last, mut failed) = (None, None);
-        gen.view
-            .visit_dir(path, after.as_deref(), |row, pos| {
+        self.tree
+            .visit_gen_dir(gen, path, after, |row, pos| {
                 last = Some(pos);
                 let emitted = dir_offset(pos)
                     .ok_or(Errno::EOVERFLOW)
@@ -1118,7 +587,7 @@ impl StrataFs {
                     true
                 })
             })
-            .map_err(|e| errno(&e, &what()))?;
+            .map_err(tree_errno)?;
         match failed {
             Some(e) => Err(e),
             None => Ok(last.map(|pos| (gen.clone(), pos))),
@@ -1162,10 +631,14 @@ impl StrataFs {
                 // it gets placeholder attributes and zero TTLs, so the kernel
                 // looks it up (and so pins it) before anything uses it.
                 if let Node::GenRoot { gen: None, .. } = item.node {
-                    let attr = self.synthetic_attr(ino, FileType::Directory, 0);
+                    let placeholder = self.tree.synthetic_attrs(NodeKind::Dir, 0);
+                    let attr = self.file_attr(ino, &placeholder);
                     return Ok((attr, Duration::ZERO, Duration::ZERO, true));
                 }
-                let fallback = || (self.synthetic_attr(ino, item.kind, 0), LIVE_TTL);
+                let fallback = || {
+                    let a = self.tree.synthetic_attrs(item.kind, 0);
+                    (self.file_attr(ino, &a), LIVE_TTL)
+                };
                 let (mut attr, ttl) = self.attr(ino, &item.node).unwrap_or_else(|_| fallback());
                 attr.ino = INodeNo(ino);
                 Ok((attr, ttl, ttl, true))
@@ -1187,7 +660,7 @@ impl StrataFs {
 fn listed_name<'a>(item: &'a Listed<'_>) -> &'a OsStr {
     match item {
         Listed::Dot(d) => OsStr::new(d),
-        Listed::Synthetic(i) => &i.name,
+        Listed::Synthetic(i) => OsStr::from_bytes(&i.name),
         Listed::Entry(_, row, _) => OsStr::from_bytes(&row.name),
     }
 }
@@ -1256,22 +729,9 @@ impl Filesystem for StrataFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let r = guarded("readlink", || match self.node(ino)? {
-            Node::Latest(s) => self.latest_target(&s),
-            Node::Tag(_, _, g) => Ok(tag_target(g)),
-            Node::Version {
-                path, generation, ..
-            } => Ok(version_target(&path, generation)),
-            Node::Entry { gen, row, .. } if row.kind == Kind::Symlink => {
-                row.target.clone().ok_or_else(|| {
-                    error!(
-                        "{}: symlink without a target; answered EIO",
-                        describe(&gen, &row.path())
-                    );
-                    Errno::EIO
-                })
-            }
-            _ => Err(Errno::EINVAL),
+        let r = guarded("readlink", || {
+            let node = self.node(ino)?;
+            self.tree.readlink(&node).map_err(tree_errno)
         });
         match r {
             Ok(t) => reply.data(&t),
@@ -1372,10 +832,11 @@ impl Filesystem for StrataFs {
                     // The kernel resolves `..` itself; both dots carry this
                     // directory's number (informational only).
                     Listed::Dot(_) => (ino.0, FileType::Directory),
-                    Listed::Synthetic(i) => (ino_of(&i.node), i.kind),
-                    Listed::Entry(gen, row, pos) => {
-                        (self.entry_ino(&mut base, gen, *pos)?, file_type(row.kind))
-                    }
+                    Listed::Synthetic(i) => (ino_of(&i.node), file_type(i.kind)),
+                    Listed::Entry(gen, row, pos) => (
+                        self.entry_ino(&mut base, gen, *pos)?,
+                        file_type(NodeKind::of(row.kind)),
+                    ),
                 };
                 Ok(reply.add(INodeNo(child), off, kind, listed_name(&item)))
             })
@@ -1411,7 +872,7 @@ impl Filesystem for StrataFs {
                         // lookup; only d_ino and d_type reach the reader
                         // (see stat_habits.rs).
                         let name = OsStr::from_bytes(&row.name);
-                        let kind = file_type(row.kind);
+                        let kind = file_type(NodeKind::of(row.kind));
                         let full = reply.add_unlinked(INodeNo(ino), off, kind, name);
                         bare += u64::from(!full);
                         return Ok(full);

@@ -151,7 +151,7 @@ fn run(args: Args) -> Result<(), DaemonError> {
             r.aborted
         );
     }
-    let gens = Arc::new(gen::Gens::new(store));
+    let gens = Arc::new(gen::Gens::new(store, gen::LATEST_FRESH));
     let stats = Arc::new(fs::Stats::default());
     let notifier = Arc::new(OnceLock::new());
     let fs = fs::StrataFs::new(
@@ -416,7 +416,7 @@ fn spawn_refresher(
                     Err(e) => error!("refresh latest of {s}: {}", strata::cli_chain(&e)),
                 }
             }
-            gens.keep_pins();
+            gen::keep_pins(&gens);
             cycle += 1;
             if cycle % HELD_CHECK_EVERY == 0 {
                 follow_held(&gens, &notifier);

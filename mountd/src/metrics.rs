@@ -89,13 +89,13 @@ pub(crate) fn render(ctx: &Context, rss_bytes: u64) -> String {
             "strata_mountd_verified_blobs_total",
             "counter",
             "Blobs hashed in full before service.",
-            &stats.verified,
+            &stats.verify.verified,
         ),
         (
             "strata_mountd_verify_failures_total",
             "counter",
             "Content that did not match its digest (served as EIO).",
-            &stats.verify_failures,
+            &stats.verify.failures,
         ),
         (
             "strata_mountd_lookups_total",

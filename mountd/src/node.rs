@@ -9,7 +9,9 @@
 //! while that count is above zero.
 //!
 //! Synthetic nodes (sets, `latest`, `gens`, `tags`, `history` and what it
-//! lists, the generation roots) are few, or as many as the caller looks at; their numbers are hashed from what they are and they live in a
+//! lists, the generation roots) are few, or as many as the caller looks at;
+//! their numbers are hashed from what they are (`Node::identity`) and they
+//! live in a
 //! small table, also counted by lookups. A generation root looked up by name
 //! holds its generation and has its own number per representation; one only
 //! listed by readdirplus holds nothing and has another number (it is handed
@@ -20,7 +22,8 @@ use crate::gen::Gen;
 use std::collections::HashMap;
 use std::sync::Arc;
 use strata::compose::{RepPos, RowPos};
-use strata::row::Row;
+/// What an inode stands for: a node of the mount's tree.
+pub(crate) use strata::mount_tree::Node;
 
 pub(crate) const ROOT: u64 = 1;
 /// Entry inode numbers have this bit set; synthetic ones never do.
@@ -34,91 +37,6 @@ const POS_BITS: u32 = 1 + SEG_BITS + GROUP_BITS + IDX_BITS;
 /// Synthetic numbers at or above this come from the collision counter.
 const FALLBACK_BASE: u64 = 1 << 62;
 
-/// What an inode stands for.
-#[derive(Clone)]
-pub(crate) enum Node {
-    Root,
-    Set(String),
-    Latest(String),
-    Gens(String),
-    Tags(String),
-    /// `tags/<name>`, pointing at a generation; a moved tag is a new node.
-    Tag(String, String, u64),
-    /// `gens/<N>`; `gen` is present once the generation is open.
-    GenRoot {
-        set: String,
-        generation: u64,
-        gen: Option<Arc<Gen>>,
-    },
-    /// `history/<path>`: a directory of the latest generation, listing
-    /// its subdirectories (as more of these) and the versions directory of
-    /// each other entry. `path` is empty for `history` itself.
-    History {
-        set: String,
-        path: Vec<u8>,
-    },
-    /// `history/<path>` of a file or symlink: one link per version.
-    Versions {
-        set: String,
-        path: Vec<u8>,
-    },
-    /// `history/<path>/<N>`: a link to `gens/<N>/<path>`, the oldest
-    /// committed generation holding that version.
-    Version {
-        set: String,
-        path: Vec<u8>,
-        generation: u64,
-    },
-    /// An entry below a generation root.
-    Entry {
-        gen: Arc<Gen>,
-        pos: RowPos,
-        row: Box<Row>,
-    },
-}
-
-impl Node {
-    /// The identity a synthetic inode number is derived from.
-    fn key(&self) -> Vec<u8> {
-        match self {
-            Node::Root => key(0, "", 0, b""),
-            Node::Set(s) => key(1, s, 0, b""),
-            Node::Latest(s) => key(2, s, 0, b""),
-            Node::Gens(s) => key(3, s, 0, b""),
-            Node::Tags(s) => key(5, s, 0, b""),
-            Node::Tag(s, t, g) => key(6, s, *g, t.as_bytes()),
-            // A looked-up root is per representation: after a
-            // materialization the new view gets a new inode.
-            Node::GenRoot {
-                set,
-                generation,
-                gen,
-            } => {
-                let rep = gen.as_ref().map(|g| g.view.top().manifest_name.as_bytes());
-                key(7, set, *generation, rep.unwrap_or_default())
-            }
-            Node::Entry { gen, row, .. } => key(4, &gen.set, gen.generation, &row.path()),
-            Node::History { set, path } => key(8, set, 0, path),
-            Node::Versions { set, path } => key(9, set, 0, path),
-            Node::Version {
-                set,
-                path,
-                generation,
-            } => key(10, set, *generation, path),
-        }
-    }
-}
-
-fn key(tag: u8, set: &str, gen: u64, path: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(13 + set.len() + path.len());
-    k.push(tag);
-    k.extend_from_slice(&(set.len() as u32).to_le_bytes());
-    k.extend_from_slice(set.as_bytes());
-    k.extend_from_slice(&gen.to_le_bytes());
-    k.extend_from_slice(path);
-    k
-}
-
 /// Whether `ino` names an entry of a generation (not a synthetic node).
 pub(crate) fn is_entry(ino: u64) -> bool {
     ino & ENTRY_BIT != 0
@@ -129,7 +47,7 @@ pub(crate) fn ino_of(node: &Node) -> u64 {
     if matches!(node, Node::Root) {
         return ROOT;
     }
-    hashed(&node.key())
+    hashed(&node.identity())
 }
 
 fn hashed(key: &[u8]) -> u64 {
@@ -267,7 +185,7 @@ impl Inodes {
         if matches!(node, Node::Root) {
             return ROOT;
         }
-        let key = node.key();
+        let key = node.identity();
         if let Some(&ino) = self.by_key.get(&key) {
             if let Some(s) = self.synthetic.get_mut(&ino) {
                 s.lookups += 1;
