@@ -153,6 +153,16 @@ pub trait Storage: Send + Sync + Debug {
     }
 }
 
+/// Remove a local file as a best-effort cleanup: one already gone is fine;
+/// any other failure has no caller to go to, so it is logged.
+pub(crate) fn remove_or_warn(path: &std::path::Path, what: &str) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("{what} not removed: path=`{}` error=`{e}`", path.display()),
+    }
+}
+
 /// `delete_dir` removes only `staging/<name>` of one attempt: a name read
 /// from the store (a task's owner token) must never reach outside it.
 pub(crate) fn check_scratch_dir(dir: &str) -> Result<()> {
