@@ -86,7 +86,36 @@ pub fn committed(store: &Store, set: &str) -> Result<Vec<(u64, Option<i64>)>> {
 /// over. `NotFound` when no committed generation has the path.
 pub fn versions(store: &Store, set: &str, path: &[u8]) -> Result<Vec<Version>> {
     let gens: Vec<u64> = committed(store, set)?.into_iter().map(|(g, _)| g).collect();
-    let found = versions_in(&gens, |g| {
+    versions_among(store, set, path, &gens)
+}
+
+/// A version with the commit time of the generation that names it.
+#[derive(Debug, Clone)]
+pub struct DatedVersion {
+    pub version: Version,
+    /// When `version.generation` was committed.
+    pub committed_ns: Option<i64>,
+}
+
+/// [`versions`], each with the commit time of its generation (`strata
+/// history`).
+pub fn dated_versions(store: &Store, set: &str, path: &[u8]) -> Result<Vec<DatedVersion>> {
+    let committed = committed(store, set)?;
+    let gens: Vec<u64> = committed.iter().map(|&(g, _)| g).collect();
+    Ok(versions_among(store, set, path, &gens)?
+        .into_iter()
+        .map(|version| DatedVersion {
+            committed_ns: committed
+                .binary_search_by_key(&version.generation, |&(g, _)| g)
+                .ok()
+                .and_then(|i| committed[i].1),
+            version,
+        })
+        .collect())
+}
+
+fn versions_among(store: &Store, set: &str, path: &[u8], gens: &[u64]) -> Result<Vec<Version>> {
+    let found = versions_in(gens, |g| {
         match GenView::open(store, set, Some(g), "history") {
             Ok(view) => view.lookup(path),
             Err(Error::NotFound { .. }) => Ok(None),

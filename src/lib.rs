@@ -4,6 +4,7 @@
 #![warn(unreachable_pub)]
 
 pub mod blob;
+pub mod browse;
 pub mod budget;
 pub mod cas;
 pub mod commit;
@@ -17,6 +18,7 @@ pub mod history;
 pub mod identity;
 pub mod index;
 pub mod liveness;
+pub mod log;
 pub mod materialize;
 pub mod mount_tree;
 pub mod mounttab;
@@ -29,6 +31,7 @@ pub mod retain;
 pub mod row;
 pub mod spill;
 pub mod staging;
+pub mod status;
 pub mod storage;
 pub mod store;
 pub mod sweep;

@@ -49,7 +49,13 @@ struct Marker {
 
 impl Marker {
     fn remove(&mut self, storage: &dyn Storage) {
-        let _ = storage.delete(&self.key);
+        if let Err(e) = storage.delete(&self.key) {
+            tracing::warn!(
+                "pin marker not removed; a sweep reclaims it once unheld: key=`{}` error=`{}`",
+                self.key,
+                crate::cli_chain(&e)
+            );
+        }
         self.lease.take();
     }
 }

@@ -65,7 +65,13 @@ impl Staging {
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        let _ = remove(&self.store, &self.token);
+        if let Err(e) = remove(&self.store, &self.token) {
+            tracing::warn!(
+                "staging not removed; it is reclaimed once its owner lease is unheld: token=`{}` error=`{}`",
+                self.token,
+                crate::cli_chain(&e)
+            );
+        }
     }
 }
 

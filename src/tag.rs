@@ -144,6 +144,18 @@ pub fn load(store: &Store, set: &str, name: &str) -> Result<Tag> {
     Ok(t)
 }
 
+/// The tags of `set`, which must exist (`NotFound` otherwise), by name.
+pub fn list_of_set(store: &Store, set: &str) -> Result<Vec<Tag>> {
+    crate::store::check_set_name(set)?;
+    if !store.sets()?.iter().any(|s| s == set) {
+        return Err(Error::NotFound {
+            what: "set",
+            name: set.to_string(),
+        });
+    }
+    list(store, set)
+}
+
 /// Every tag of `set`, by name.
 pub fn list(store: &Store, set: &str) -> Result<Vec<Tag>> {
     let names = store.storage().list(&keys::tag_dir(set))?;

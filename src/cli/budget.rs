@@ -1,25 +1,10 @@
 //! `strata budget`: show or change the disk budget (src/budget.rs).
 
-use super::{print_json, render};
-use clap::Args;
+use super::args::BudgetArgs;
+use super::render::{self, print_json};
 use strata::budget::{self, Budget};
 use strata::error::{Error, Result};
 use strata::store::Store;
-
-#[derive(Args)]
-pub(crate) struct BudgetArgs {
-    /// Keep this much free on the store's filesystem: bytes (10G) or a
-    /// percent of the filesystem (2%); default 1%
-    #[arg(long, value_name = "SIZE|PCT%")]
-    min_free: Option<String>,
-    /// Refuse work that would grow the store's objects past this size
-    /// (e.g. 500G; `none` removes the limit)
-    #[arg(long, value_name = "SIZE|none")]
-    max_store: Option<String>,
-    /// Print JSON instead of a table
-    #[arg(long)]
-    json: bool,
-}
 
 pub(crate) fn budget(store: &Store, root: &std::path::Path, a: BudgetArgs) -> Result<i32> {
     let mut b = budget::load(store)?;

@@ -1,8 +1,8 @@
 //! `strata retain`, `strata sweep` and `strata leases`: retention policy,
 //! garbage collection and the residue report.
 
-use super::{print_json, render, JsonArg};
-use clap::Args;
+use super::args::{JsonArg, RetainArgs, SweepArgs};
+use super::render::{self, print_json};
 use std::io::{BufRead, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
@@ -15,60 +15,8 @@ use strata::sweep::residue::LeaseInfo;
 use strata::sweep::{SweepOptions, SweepReport};
 use strata::Store;
 
-#[derive(Args)]
-pub(crate) struct RetainArgs {
-    /// The set (one of `strata sets`)
-    #[arg(long)]
-    set: String,
-    /// Keep the newest N generations
-    #[arg(long, value_name = "N")]
-    keep_last: Option<u64>,
-    /// Keep generations committed within this duration (90s, 15m, 12h, 7d, 2w)
-    #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
-    keep_within: Option<Duration>,
-    /// Keep everything again (forget the policy's limits)
-    #[arg(long, conflicts_with_all = ["keep_last", "keep_within"])]
-    keep_all: bool,
-    /// Show what the policy keeps and would retire; change nothing
-    #[arg(long)]
-    dry_run: bool,
-    /// Print JSON instead of a table
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Args)]
-pub(crate) struct SweepArgs {
-    /// Plan only: report what is reachable, condemned and deletable
-    #[arg(long)]
-    dry_run: bool,
-    /// Delete only objects condemned at least this long ago (0s for tests)
-    #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
-    grace: Option<Duration>,
-    /// Run in this process even when a mount daemon of the store runs
-    #[arg(long)]
-    in_process: bool,
-    /// Recount pack live ratios from every reachable row, even when the
-    /// previous sweep's still apply
-    #[arg(long)]
-    recount: bool,
-    /// With --in-process: run in a session and scheduling group of its own
-    /// at the lowest weight, as the mount daemon's sweeps do (the
-    /// terminal's Ctrl-C no longer reaches it)
-    #[arg(long, requires = "in_process")]
-    background: bool,
-    /// For the mount daemon: serve sweeps until stdin closes, in the
-    /// background as --background does; one JSON request per line in
-    /// (`grace_ms`, `dry_run`, `recount`), one JSON answer per line out
-    #[arg(long, hide = true, requires = "in_process",
-        conflicts_with_all = ["dry_run", "grace", "recount", "json"])]
-    serve: bool,
-    /// Print JSON instead of a table
-    #[arg(long)]
-    json: bool,
-}
-
-/// `90s`, `15m`, `12h`, `7d`, `2w`, or plain seconds.
+/// `strata retain`: store the set's policy (unless `--dry-run`) and retire
+/// what it does not keep.
 pub(crate) fn retain(store: &Store, a: RetainArgs) -> Result<i32> {
     strata::store::check_set_name(&a.set)?;
     let changes = a.keep_last.is_some() || a.keep_within.is_some() || a.keep_all;

@@ -2,7 +2,7 @@
 //! and man pages generated from the CLI definition itself, so they never
 //! drift from the flags the binary accepts.
 
-use super::Cli;
+use super::args::Cli;
 use clap::CommandFactory;
 use std::path::Path;
 use strata::error::{Error, Result};

@@ -1,28 +1,16 @@
-//! `strata history`: the versions of one path, newest first.
+//! `strata history`: the versions of one path, newest first
+//! (`strata::history::dated_versions`), as a table or `--json`.
 
-use super::{print_json, render};
-use clap::Args;
+use super::args::HistoryArgs;
+use super::render::{self, print_json};
 use serde::Serialize;
-use std::collections::HashMap;
-use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use strata::error::Result;
 use strata::row::normalize;
 use strata::store::Store;
 
-#[derive(Args)]
-pub(crate) struct HistoryArgs {
-    /// The set (one of `strata sets`)
-    #[arg(long)]
-    set: String,
-    /// A path of the set (a file, symlink or directory)
-    path: OsString,
-    /// Print JSON instead of a table
-    #[arg(long)]
-    json: bool,
-}
-
+/// One version as `--json` shows it.
 #[derive(Serialize)]
 struct VersionEntry {
     /// The oldest committed generation holding this version.
@@ -39,20 +27,17 @@ struct VersionEntry {
 
 pub(crate) fn history(store: &Store, a: HistoryArgs) -> Result<i32> {
     let path = normalize(a.path.as_bytes())?;
-    let times: HashMap<u64, Option<i64>> = strata::history::committed(store, &a.set)?
+    let entries: Vec<VersionEntry> = strata::history::dated_versions(store, &a.set, &path)?
         .into_iter()
-        .collect();
-    let entries: Vec<VersionEntry> = strata::history::versions(store, &a.set, &path)?
-        .into_iter()
-        .map(|v| VersionEntry {
-            generation: v.generation,
-            committed_ns: times.get(&v.generation).copied().flatten(),
-            kind: v.row.kind.label(),
-            mode: format!("{:04o}", v.row.mode),
-            size: v.row.size,
-            mtime_ns: v.row.mtime_ns,
-            digest: v.row.digest.map(hex::encode),
-            target: v.row.target.as_deref().map(strata::row::show),
+        .map(|d| VersionEntry {
+            generation: d.version.generation,
+            committed_ns: d.committed_ns,
+            kind: d.version.row.kind.label(),
+            mode: format!("{:04o}", d.version.row.mode),
+            size: d.version.row.size,
+            mtime_ns: d.version.row.mtime_ns,
+            digest: d.version.row.digest.map(hex::encode),
+            target: d.version.row.target.as_deref().map(strata::row::show),
         })
         .collect();
     if a.json {

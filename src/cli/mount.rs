@@ -1,6 +1,7 @@
 //! `strata mount` / `strata unmount`: start the mount daemon and wait until
 //! the mount is ready; unmount cleanly, reporting who keeps a busy mount.
 
+use super::args::MountCmd;
 use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -33,25 +34,43 @@ fn report_recovered(point: &Path, r: mounttab::Recovered) {
     );
 }
 
-pub(crate) struct MountArgs<'a> {
-    pub store: &'a Location,
-    pub store_args: &'a StoreArgs,
-    pub mountpoint: &'a Path,
-    pub sets: &'a [String],
-    pub foreground: bool,
-    pub verify: &'a str,
-    pub preserve_owner: bool,
-    pub no_materialize: bool,
+struct MountArgs<'a> {
+    store: &'a Location,
+    store_args: &'a StoreArgs,
+    mountpoint: &'a Path,
+    sets: &'a [String],
+    foreground: bool,
+    verify: &'a str,
+    preserve_owner: bool,
+    no_materialize: bool,
     /// Scheduled sweeps: every, and their grace (`None`: the daemon's defaults).
-    pub sweep_every: Option<std::time::Duration>,
-    pub sweep_grace: Option<std::time::Duration>,
+    sweep_every: Option<std::time::Duration>,
+    sweep_grace: Option<std::time::Duration>,
     /// How often latest is re-read (`None`: the daemon's default).
-    pub poll: Option<std::time::Duration>,
+    poll: Option<std::time::Duration>,
     /// FUSE worker threads (`None`: the daemon's default).
-    pub threads: Option<u16>,
+    threads: Option<u16>,
 }
 
-pub(crate) fn mount(a: &MountArgs<'_>) -> Result<i32> {
+/// `strata mount`, from its arguments.
+pub(crate) fn mount_cmd(store_args: &StoreArgs, a: &MountCmd) -> Result<i32> {
+    mount(&MountArgs {
+        store: &store_args.location()?,
+        store_args,
+        mountpoint: &a.mountpoint,
+        sets: &a.set,
+        foreground: a.foreground,
+        verify: &a.verify,
+        preserve_owner: a.preserve_owner,
+        no_materialize: a.no_materialize,
+        sweep_every: a.sweep_every,
+        sweep_grace: a.sweep_grace,
+        poll: a.poll,
+        threads: a.threads,
+    })
+}
+
+fn mount(a: &MountArgs<'_>) -> Result<i32> {
     let point = mounttab::resolve(a.mountpoint)?;
     if let Some(r) = mounttab::prepare(&point)? {
         report_recovered(&point, r);

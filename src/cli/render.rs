@@ -1,6 +1,16 @@
-//! Rendering helpers: sizes, times, modes, tables.
+//! Rendering helpers: sizes, times, modes, tables, `--json`.
 
+use serde::Serialize;
+use strata::error::{Error, Result};
 use strata::row::{Kind, Row};
+
+/// `v` as pretty JSON on stdout; exit code 0.
+pub(crate) fn print_json<T: Serialize>(v: &T) -> Result<i32> {
+    let s = serde_json::to_string_pretty(v)
+        .map_err(|e| Error::internal_from("encode the json output", e))?;
+    println!("{s}");
+    Ok(0)
+}
 
 pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -1,88 +1,15 @@
 //! `strata status`: per set (latest, generations, base and delta sizes and
-//! the delta ratio, pins, open tasks), space by category from the last
-//! sweep, and each running daemon (through its control socket) with its
-//! cache hit rate; a table, or `--json`.
+//! the delta ratio, pins, open tasks: `strata::status`), space by category
+//! from the last sweep, and each running daemon (through its control
+//! socket) with its cache hit rate; a table, or `--json`.
 
-use super::{print_json, render, JsonArg};
-use serde::Serialize;
+use super::args::JsonArg;
+use super::render::{self, print_json};
 use std::path::Path;
-use strata::compose::load_manifest;
 use strata::control;
 use strata::error::Result;
-use strata::format::manifest::Manifest;
-use strata::format::record::State;
-use strata::index::GenIndex;
-use strata::pin::{PinInfo, PinState};
+use strata::status::SetStatus;
 use strata::store::Store;
-use strata::task::TaskRecord;
-
-/// One set as `status` shows it.
-#[derive(Serialize)]
-struct SetStatus {
-    set: String,
-    latest: Option<u64>,
-    /// Committed (retained) generations.
-    generations: u64,
-    /// Rows and segment bytes of latest's base, and of its delta if any.
-    base_rows: u64,
-    base_bytes: u64,
-    delta_rows: u64,
-    delta_bytes: u64,
-    /// Delta rows per base row: what materialization policy looks at.
-    delta_ratio: f64,
-    held_pins: usize,
-    /// Materialization tasks not yet ended (planned, claimed, waiting...).
-    open_tasks: usize,
-}
-
-fn segment_bytes(m: &Manifest) -> u64 {
-    m.segments.iter().map(|s| s.size).sum()
-}
-
-fn set_status(
-    store: &Store,
-    set: &str,
-    pins: &[PinInfo],
-    tasks: &[TaskRecord],
-) -> Result<SetStatus> {
-    let all = GenIndex::new(store, set).all()?;
-    let committed: Vec<_> = all
-        .values()
-        .filter(|r| r.state == State::Committed)
-        .collect();
-    let latest = committed.last().map(|r| r.generation);
-    let mut s = SetStatus {
-        set: set.to_string(),
-        latest,
-        generations: committed.len() as u64,
-        base_rows: 0,
-        base_bytes: 0,
-        delta_rows: 0,
-        delta_bytes: 0,
-        delta_ratio: 0.0,
-        held_pins: pins
-            .iter()
-            .filter(|p| p.set == set && p.state == PinState::Held)
-            .count(),
-        open_tasks: tasks
-            .iter()
-            .filter(|t| t.set == set && !t.state.is_final())
-            .count(),
-    };
-    if let Some(rep) = committed.last().and_then(|r| r.read_rep()) {
-        let top = load_manifest(store, &rep.manifest)?;
-        let base = match &top.base {
-            Some(b) => {
-                (s.delta_rows, s.delta_bytes) = (top.counts.rows, segment_bytes(&top));
-                load_manifest(store, &b.manifest)?
-            }
-            None => top,
-        };
-        (s.base_rows, s.base_bytes) = (base.counts.rows, segment_bytes(&base));
-        s.delta_ratio = s.delta_rows as f64 / s.base_rows.max(1) as f64;
-    }
-    Ok(s)
-}
 
 pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
     let mut daemons = Vec::new();
@@ -91,14 +18,8 @@ pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
             daemons.push(serde_json::json!({ "socket": socket, "status": v }));
         }
     }
-    let pins = strata::pin::list(store)?;
-    let tasks = strata::task::Tasks::new(store).list()?;
-    let sets = store
-        .sets()?
-        .iter()
-        .map(|s| set_status(store, s, &pins, &tasks))
-        .collect::<Result<Vec<_>>>()?;
-    let held = pins.iter().filter(|p| p.state == PinState::Held).count();
+    let status = strata::status::status(store)?;
+    let (sets, held) = (&status.sets, status.held_pins);
     let sweep = strata::sweep::last_report(store).unwrap_or_else(|e| {
         eprintln!(
             "strata: warning: last sweep report unreadable: {}",
@@ -113,7 +34,7 @@ pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
         });
         let space = sweep.as_ref().map(|r| &r.space);
         return print_json(
-            &serde_json::json!({ "store": root, "sets": sets, "pins": { "held": held, "total": pins.len() },
+            &serde_json::json!({ "store": root, "sets": sets, "pins": { "held": held, "total": status.pins },
                 "space": space, "last_sweep": last, "daemons": daemons }),
         );
     }
@@ -121,9 +42,9 @@ pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
         "store {}: {} set(s), {held} held pin(s) of {}",
         root.display(),
         sets.len(),
-        pins.len()
+        status.pins
     );
-    print_sets(&sets);
+    print_sets(sets);
     match &sweep {
         Some(r) => print_space(r),
         None => println!("space: unknown until the first sweep (`strata sweep --dry-run`)"),

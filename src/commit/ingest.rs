@@ -271,7 +271,7 @@ fn read_file(
         == (row.size, row.mtime_ns, row.ctime_ns, row.ino);
     if !same {
         if let SinkMsg::Standalone { staged, .. } = &msg {
-            let _ = std::fs::remove_file(staged);
+            crate::storage::remove_or_warn(staged, "staged copy of a file that changed");
         }
         return Ok(None);
     }
@@ -351,7 +351,7 @@ fn stage_large(
     }
     out.sync_all().ctx("fsync", &staged)?;
     if total != row.size {
-        let _ = std::fs::remove_file(&staged);
+        crate::storage::remove_or_warn(&staged, "staged copy of a file that changed");
         return Ok(None);
     }
     row.digest = Some(*hasher.finalize().as_bytes());

@@ -246,7 +246,7 @@ pub fn commit(
         &token,
         &*writer_lease,
     );
-    let _ = std::fs::remove_file(&journal_path);
+    crate::storage::remove_or_warn(&journal_path, "local journal");
     drop(staging);
     result?;
     store.failpoints().hit(Step::Cleaned)?;

@@ -157,17 +157,17 @@ impl Cache {
             _ => verify(key, tmp),
         };
         if let Err(e) = verdict {
-            let _ = fs::remove_file(tmp);
+            super::remove_or_warn(tmp, "temporary cache file");
             return Err(e);
         }
         let size = fs::metadata(tmp).ctx("stat", tmp)?.len();
         if size > self.budget {
-            let _ = fs::remove_file(tmp);
+            super::remove_or_warn(tmp, "temporary cache file");
             return Ok(());
         }
         let path = self.path(key);
         if let Err(e) = fs::rename(tmp, &path) {
-            let _ = fs::remove_file(tmp);
+            super::remove_or_warn(tmp, "temporary cache file");
             return Err(Error::io("admit", &path, e));
         }
         let mut lru = self.lru.lock().unwrap_or_else(PoisonError::into_inner);
@@ -201,7 +201,7 @@ impl Cache {
                 break;
             };
             lru.forget(&victim);
-            let _ = fs::remove_file(self.path(&victim));
+            super::remove_or_warn(&self.path(&victim), "evicted cache copy");
         }
     }
 
@@ -290,7 +290,7 @@ fn scan(
             // Another process (the CLI beside a daemon) may be filling it.
             let stale = md.modified().ok().and_then(|t| t.elapsed().ok());
             if stale.is_some_and(|age| age > STALE_TEMP) {
-                let _ = fs::remove_file(&path);
+                super::remove_or_warn(&path, "stale temporary cache file");
             }
         } else if md.is_dir() {
             scan(root, &path, out)?;

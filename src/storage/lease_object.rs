@@ -194,9 +194,14 @@ impl LeaseTable {
             seen: Mutex::new(HashMap::new()),
         });
         let weak = Arc::downgrade(&table);
-        let _ = std::thread::Builder::new()
+        let renewer = std::thread::Builder::new()
             .name("strata-lease-renew".into())
             .spawn(move || renew_loop(weak, ttl / 4));
+        if let Err(e) = renewer {
+            tracing::error!(
+                "lease renewal thread did not start; leases are renewed only when checked: error=`{e}`"
+            );
+        }
         table
     }
 
@@ -418,7 +423,11 @@ impl LeaseTable {
         let outcome = self.write_held(key, &next, &from);
         let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
         if !h.released {
+            let was_lost = h.lost;
             h.settle(&from, next, sent, outcome);
+            if h.lost && !was_lost {
+                tracing::warn!("lease renewal found the lease taken over or removed: key=`{key}`");
+            }
         }
     }
 
@@ -443,9 +452,9 @@ impl LeaseTable {
                     _ => Outcome::Lost,
                 },
                 Ok(None) => Outcome::Lost,
-                Err(_) => Outcome::Unknown,
+                Err(e) => unanswered(key, "read back", &e),
             },
-            Err(_) => Outcome::Unknown,
+            Err(e) => unanswered(key, "write", &e),
         }
     }
 
@@ -478,6 +487,17 @@ impl LeaseTable {
             .map(|(k, (_, v))| (k.clone(), v.clone()))
             .collect()
     }
+}
+
+/// A renewal or release of a held lease that got no answer: the lease
+/// stays as it was (stale until a renewal lands; an unreleased one is taken
+/// over after its ttl). Nobody waits for the answer, so it is logged.
+fn unanswered(key: &str, step: &str, e: &Error) -> Outcome {
+    tracing::warn!(
+        "lease {step} got no answer: key=`{key}` error=`{}`",
+        crate::cli_chain(e)
+    );
+    Outcome::Unknown
 }
 
 fn observed(body: &Body) -> Seen {

@@ -155,6 +155,16 @@ impl Location {
         matches!(self, Location::Local(_))
     }
 
+    /// Open the store for `strata init`: its local directory is created
+    /// first (mode 0700, with missing parents).
+    pub fn create(&self) -> Result<Arc<dyn Storage>> {
+        let path = self.local_dir();
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(path)
+            .map_err(|e| Error::io("mkdir", path, e))?;
+        self.open()
+    }
+
     pub fn open(&self) -> Result<Arc<dyn Storage>> {
         Ok(match self {
             Location::Local(p) => Arc::new(LocalStorage::new(p)),

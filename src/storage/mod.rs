@@ -156,6 +156,16 @@ pub trait Storage: Send + Sync + Debug {
     }
 }
 
+/// Remove a local file as a best-effort cleanup: one already gone is fine;
+/// any other failure has no caller to go to, so it is logged.
+pub(crate) fn remove_or_warn(path: &std::path::Path, what: &str) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("{what} not removed: path=`{}` error=`{e}`", path.display()),
+    }
+}
+
 /// A scratch directory key is at least two plain components deep (never a
 /// top-level directory of the store), so a removal cannot reach past it.
 pub(crate) fn check_scratch_dir(dir: &str) -> Result<()> {

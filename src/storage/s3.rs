@@ -97,7 +97,7 @@ impl S3Storage {
         let blake3 = match filled {
             Ok(hash) => hash,
             Err(e) => {
-                let _ = fs::remove_file(&tmp);
+                super::remove_or_warn(&tmp, "temporary cache file");
                 return Err(e);
             }
         };
@@ -194,12 +194,21 @@ impl Storage for S3Storage {
         let (bytes, _) = self.remote.get(key, limit)?.ok_or_else(|| not_found(key))?;
         if cache::is_immutable(key) && self.cache.fits(bytes.len() as u64) {
             // Keep a verified copy; a failure to keep one is not a read error.
-            if let Ok((tmp, f)) = self.cache.temp(key) {
-                if f.write_all_at(&bytes, 0).is_ok() {
-                    let _ = self.cache.admit(key, &tmp, None);
-                } else {
-                    let _ = fs::remove_file(&tmp);
-                }
+            let kept = self
+                .cache
+                .temp(key)
+                .and_then(|(tmp, f)| match f.write_all_at(&bytes, 0) {
+                    Ok(()) => self.cache.admit(key, &tmp, None),
+                    Err(e) => {
+                        super::remove_or_warn(&tmp, "temporary cache file");
+                        Err(Error::io("write", &tmp, e))
+                    }
+                });
+            if let Err(e) = kept {
+                tracing::warn!(
+                    "read not kept in the cache: key=`{key}` error=`{}`",
+                    crate::cli_chain(&e)
+                );
             }
         }
         Ok(bytes.to_vec())
@@ -247,7 +256,7 @@ impl Storage for S3Storage {
                 .put_large(key, staged)
                 .map(|_| PutOutcome::Created)
         };
-        let _ = fs::remove_file(staged);
+        super::remove_or_warn(staged, "staged upload");
         outcome
     }
 

@@ -1,0 +1,109 @@
+//! The figures of `strata status`: per set its latest generation, the
+//! committed generations, the rows and segment bytes of latest's base and
+//! delta and their ratio, held pins and open materialization tasks; and the
+//! store's pins, held and in all. Plain values for a caller to render.
+
+use crate::compose::load_manifest;
+use crate::error::Result;
+use crate::format::manifest::Manifest;
+use crate::format::record::State;
+use crate::index::GenIndex;
+use crate::pin::{PinInfo, PinState};
+use crate::task::{TaskRecord, Tasks};
+use crate::Store;
+use serde::Serialize;
+
+/// One set's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetStatus {
+    pub set: String,
+    pub latest: Option<u64>,
+    /// Committed (retained) generations.
+    pub generations: u64,
+    /// Rows and segment bytes of latest's base, and of its delta if any.
+    pub base_rows: u64,
+    pub base_bytes: u64,
+    pub delta_rows: u64,
+    pub delta_bytes: u64,
+    /// Delta rows per base row: what materialization policy looks at.
+    pub delta_ratio: f64,
+    pub held_pins: usize,
+    /// Materialization tasks not yet ended (planned, claimed, waiting...).
+    pub open_tasks: usize,
+}
+
+/// The store's figures: every set, and its read pins.
+#[derive(Debug, Clone)]
+pub struct StoreStatus {
+    pub sets: Vec<SetStatus>,
+    /// Pins whose marker is held.
+    pub held_pins: usize,
+    /// Every pin marker, held or not.
+    pub pins: usize,
+}
+
+/// The figures of every set of the store.
+pub fn status(store: &Store) -> Result<StoreStatus> {
+    let pins = crate::pin::list(store)?;
+    let tasks = Tasks::new(store).list()?;
+    let sets = store
+        .sets()?
+        .iter()
+        .map(|s| set_status(store, s, &pins, &tasks))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(StoreStatus {
+        sets,
+        held_pins: pins.iter().filter(|p| p.state == PinState::Held).count(),
+        pins: pins.len(),
+    })
+}
+
+fn segment_bytes(m: &Manifest) -> u64 {
+    m.segments.iter().map(|s| s.size).sum()
+}
+
+/// One set's figures, given the store's pins and tasks.
+fn set_status(
+    store: &Store,
+    set: &str,
+    pins: &[PinInfo],
+    tasks: &[TaskRecord],
+) -> Result<SetStatus> {
+    let all = GenIndex::new(store, set).all()?;
+    let committed: Vec<_> = all
+        .values()
+        .filter(|r| r.state == State::Committed)
+        .collect();
+    let latest = committed.last().map(|r| r.generation);
+    let mut s = SetStatus {
+        set: set.to_string(),
+        latest,
+        generations: committed.len() as u64,
+        base_rows: 0,
+        base_bytes: 0,
+        delta_rows: 0,
+        delta_bytes: 0,
+        delta_ratio: 0.0,
+        held_pins: pins
+            .iter()
+            .filter(|p| p.set == set && p.state == PinState::Held)
+            .count(),
+        open_tasks: tasks
+            .iter()
+            .filter(|t| t.set == set && !t.state.is_final())
+            .count(),
+    };
+    if let Some(rep) = committed.last().and_then(|r| r.read_rep()) {
+        let top = load_manifest(store, &rep.manifest)?;
+        let base = match &top.base {
+            Some(b) => {
+                (s.delta_rows, s.delta_bytes) = (top.counts.rows, segment_bytes(&top));
+                load_manifest(store, &b.manifest)?
+            }
+            None => top,
+        };
+        (s.base_rows, s.base_bytes) = (base.counts.rows, segment_bytes(&base));
+        s.delta_ratio = s.delta_rows as f64 / s.base_rows.max(1) as f64;
+    }
+    Ok(s)
+}
