@@ -315,8 +315,8 @@ fn refresh(ctx: &Context) -> Answer {
 fn materialize(ctx: &Context, set: &str, generation: Option<u64>, wait: bool) -> Answer {
     let outcome = ctx
         .materializer
-        .request(set, generation, wait)
-        .map_err(|e| Failure::new(ErrorKind::Failed, e))?;
+        .materialize(set, generation, wait)
+        .map_err(|e| Failure::new(ErrorKind::Failed, crate::error::chain(&e)))?;
     to_value(outcome)
 }
 

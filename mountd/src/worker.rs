@@ -121,18 +121,6 @@ impl Materializer {
         }
     }
 
-    /// An explicit request, answered with the error's whole chain as text
-    /// (what the control socket's answer carries; see [`Self::materialize`]).
-    pub(crate) fn request(
-        &self,
-        set: &str,
-        generation: Option<u64>,
-        wait: bool,
-    ) -> Result<Outcome, String> {
-        self.materialize(set, generation, wait)
-            .map_err(|e| crate::error::chain(&e))
-    }
-
     /// An explicit request: queued behind at most one job, answered when done.
     pub(crate) fn materialize(
         &self,
