@@ -491,16 +491,26 @@ fn mount_runs_the_fuse_threads_asked_for_and_refuses_none() {
     let err = String::from_utf8_lossy(&zero.stderr);
     assert!(err.contains("--threads"), "{err}");
     let pid = mounted_pid(&ok(&strata(&sc.st, &["mount", "--threads", "2", m])));
-    let fuse_threads = fs::read_dir(format!("/proc/{pid}/task"))
+    // The daemon reports ready once mounted; the kernel queues requests until
+    // the workers start, so they may appear a moment after `mount` returns.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while fuse_threads(pid) < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(fuse_threads(pid), 2);
+    ok(&strata(&sc.st, &["unmount", m]));
+}
+
+/// How many FUSE worker threads (named `fuser-N`) the process runs.
+fn fuse_threads(pid: i32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .filter_map(|t| fs::read_to_string(t.unwrap().path().join("comm")).ok())
         .filter(|comm| {
             let n = comm.trim().strip_prefix("fuser-").unwrap_or("x");
             n.bytes().all(|b| b.is_ascii_digit())
         })
-        .count();
-    assert_eq!(fuse_threads, 2);
-    ok(&strata(&sc.st, &["unmount", m]));
+        .count()
 }
 
 fn kill_and_reap(pid: i32) {

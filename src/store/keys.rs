@@ -22,27 +22,41 @@ pub const SWEEPER_LEASE: &str = "sweep/SWEEPER.lease";
 /// Held by a sweep's deletion batch; writers wait while it is held.
 pub const DELETING_LEASE: &str = "sweep/DELETING.lease";
 /// Directories of content-named objects (what a store's size counts).
-pub const OBJECT_DIRS: [&str; 4] = ["manifests", "segments", "packs", "blobs"];
+pub const OBJECT_DIRS: [&str; 4] = [MANIFESTS, SEGMENTS, PACKS, BLOBS];
+pub const MANIFESTS: &str = "manifests";
+pub const SEGMENTS: &str = "segments";
+pub const PACKS: &str = "packs";
+pub const BLOBS: &str = "blobs";
+/// Name suffixes of manifests, segments and packs (blobs have none).
+pub const MANIFEST_SUFFIX: &str = ".json";
+pub const SEGMENT_SUFFIX: &str = ".parquet";
+pub const PACK_SUFFIX: &str = ".pack";
 /// Sweep epochs: reports and condemned lists.
 pub const EPOCH_DIR: &str = "sweep/epochs";
 
 pub fn manifest(name: &str) -> String {
-    format!("manifests/{name}.json")
+    format!("{MANIFESTS}/{name}{MANIFEST_SUFFIX}")
 }
 pub fn segment(name: &str) -> String {
-    format!("segments/{}/{name}.parquet", name.get(..2).unwrap_or(""))
+    format!(
+        "{SEGMENTS}/{}/{name}{SEGMENT_SUFFIX}",
+        name.get(..2).unwrap_or("")
+    )
 }
 pub fn pack(name: &str) -> String {
-    format!("packs/{}/{name}.pack", name.get(..2).unwrap_or(""))
+    format!(
+        "{PACKS}/{}/{name}{PACK_SUFFIX}",
+        name.get(..2).unwrap_or("")
+    )
 }
 pub fn blob(digest_hex: &str) -> String {
-    format!("blobs/{}/{digest_hex}", digest_hex.get(..2).unwrap_or(""))
+    format!("{BLOBS}/{}/{digest_hex}", digest_hex.get(..2).unwrap_or(""))
 }
 pub fn journal_dir(set: &str) -> String {
-    format!("journals/{set}")
+    format!("{JOURNALS}/{set}")
 }
 pub fn journal(set: &str, token: &str) -> String {
-    format!("journals/{set}/{token}.journal")
+    format!("{JOURNALS}/{set}/{token}.journal")
 }
 pub fn writer_lease(set: &str) -> String {
     format!("sets/{set}/WRITER.lease")

@@ -118,11 +118,15 @@ pub(super) fn unreachable(
     now: i64,
 ) -> Result<(Vec<Condemned>, u64)> {
     let storage = store.storage();
-    let mut dirs = vec![(Kind::Manifest, "manifests".to_string(), ".json")];
+    let mut dirs = vec![(
+        Kind::Manifest,
+        keys::MANIFESTS.to_string(),
+        keys::MANIFEST_SUFFIX,
+    )];
     for (kind, top, ext) in [
-        (Kind::Segment, "segments", ".parquet"),
-        (Kind::Pack, "packs", ".pack"),
-        (Kind::Blob, "blobs", ""),
+        (Kind::Segment, keys::SEGMENTS, keys::SEGMENT_SUFFIX),
+        (Kind::Pack, keys::PACKS, keys::PACK_SUFFIX),
+        (Kind::Blob, keys::BLOBS, ""),
     ] {
         // Objects live in two-hex-digit prefix directories; anything else
         // there is not ours to judge.

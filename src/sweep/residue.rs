@@ -96,7 +96,7 @@ pub fn scan_all(store: &Store) -> Result<Vec<LeaseInfo>> {
 fn orphan_journals(store: &Store) -> Result<Vec<LeaseInfo>> {
     let storage = store.storage();
     let mut out = Vec::new();
-    for set in storage.list("journals")? {
+    for set in storage.list(keys::JOURNALS)? {
         for name in storage.list(&keys::journal_dir(&set))? {
             let Some(token) = name.strip_suffix(".journal") else {
                 continue;
