@@ -13,10 +13,14 @@ const WHOLE_READ_LIMIT: u64 = 64 << 20;
 const CHUNK: u64 = 8 << 20;
 
 fn check_digest(row: &Row, bytes: &[u8], file: &str) -> Result<()> {
+    check_digest_of(row, blake3::hash(bytes).as_bytes(), file)
+}
+
+fn check_digest_of(row: &Row, actual: &[u8; 32], file: &str) -> Result<()> {
     let want = row
         .digest
         .ok_or_else(|| Error::corrupt("row", file, "file row without digest"))?;
-    if blake3::hash(bytes).as_bytes() != &want {
+    if actual != &want {
         return Err(Error::corrupt(
             "blob",
             file,
@@ -72,6 +76,16 @@ pub fn read(store: &Store, row: &Row) -> Result<Vec<u8>> {
         )),
         BlobLoc::Packed { pack, .. } => {
             store.read_fresh(&keys::pack(&hex::encode(pack)), || packed(store, row))
+        }
+        BlobLoc::Chunked { .. } if row.size > WHOLE_READ_LIMIT => Err(Error::TooLarge {
+            what: "chunked file read whole",
+            size: row.size,
+            limit: WHOLE_READ_LIMIT,
+        }),
+        BlobLoc::Chunked { .. } => {
+            let mut out = Vec::with_capacity(row.size as usize);
+            copy_chunked(store, row, &mut out)?;
+            Ok(out)
         }
         BlobLoc::Standalone => {
             let name = hex::encode(row.digest.unwrap_or_default());
@@ -136,6 +150,9 @@ pub fn packed_frame(store: &Store, row: &Row) -> Result<Vec<u8>> {
 /// verified in one pass and copied in a second; the copy is re-hashed and a
 /// change between passes is reported as corruption.
 pub fn copy_to(store: &Store, row: &Row, out: &mut dyn Write) -> Result<()> {
+    if let BlobLoc::Chunked { .. } = row.blob {
+        return copy_chunked(store, row, out);
+    }
     let large = matches!(row.blob, BlobLoc::Standalone) && row.size > WHOLE_READ_LIMIT;
     if !large {
         let bytes = read(store, row)?;
@@ -157,6 +174,37 @@ pub fn copy_to(store: &Store, row: &Row, out: &mut dyn Write) -> Result<()> {
     }
     stream(store, row, &key, None)?;
     stream(store, row, &key, Some(out))
+}
+
+/// Copy a chunked file (each chunk checked as it is read), then check the
+/// whole content against the row's digest.
+fn copy_chunked(store: &Store, row: &Row, out: &mut dyn Write) -> Result<()> {
+    let mut tee = HashingWriter {
+        hasher: blake3::Hasher::new(),
+        out,
+    };
+    crate::chunks::copy_to(store, row, &mut tee)?;
+    let list = match row.blob {
+        BlobLoc::Chunked { list, .. } => hex::encode(list),
+        _ => String::new(),
+    };
+    check_digest_of(row, tee.hasher.finalize().as_bytes(), &list)
+}
+
+struct HashingWriter<'a> {
+    hasher: blake3::Hasher,
+    out: &'a mut dyn Write,
+}
+
+impl Write for HashingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 fn stream(store: &Store, row: &Row, key: &str, mut out: Option<&mut dyn Write>) -> Result<()> {

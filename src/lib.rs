@@ -7,6 +7,8 @@ pub mod blob;
 pub mod browse;
 pub mod budget;
 pub mod cas;
+pub mod chunking;
+pub mod chunks;
 pub mod commit;
 pub mod compose;
 pub mod control;

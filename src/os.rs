@@ -96,6 +96,51 @@ pub fn filesystem_space(dir: &Path) -> Result<(u64, u64)> {
     Ok((st.f_bavail as u64 * unit, st.f_blocks as u64 * unit))
 }
 
+/// The data extents of `file` (`size` bytes long) as `[start, end)` ranges in
+/// order, found with `SEEK_DATA`/`SEEK_HOLE`; holes shorter than `min_hole`
+/// are folded into the data around them. Where the filesystem cannot tell,
+/// the whole file is one extent.
+pub fn data_extents(file: &std::fs::File, size: u64, min_hole: u64) -> Vec<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    let seek = |off: u64, whence: libc::c_int| -> std::io::Result<u64> {
+        // SAFETY: lseek on a descriptor `file` keeps open; it only moves
+        // the file offset, which every read here overrides (pread).
+        let r = unsafe { libc::lseek(fd, off as libc::off_t, whence) };
+        match r {
+            r if r >= 0 => Ok(r as u64),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    };
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut at = 0;
+    while at < size {
+        let start = match seek(at, libc::SEEK_DATA) {
+            Ok(s) => s,
+            // No data past `at`.
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break,
+            Err(_) => return vec![(0, size)],
+        };
+        let end = seek(start, libc::SEEK_HOLE).unwrap_or(size).min(size);
+        if start >= end {
+            break;
+        }
+        let prev_end = out.last().map_or(0, |l| l.1);
+        match out.last_mut() {
+            Some(last) if start - prev_end < min_hole => last.1 = end,
+            None if start < min_hole => out.push((0, end)),
+            _ => out.push((start, end)),
+        }
+        at = end;
+    }
+    if let Some(last) = out.last_mut() {
+        if size - last.1 < min_hole {
+            last.1 = size;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     /// (major, minor) of the running kernel.

@@ -29,6 +29,7 @@ pub struct RepWriter {
     counts: Counts,
     packs: BTreeSet<String>,
     blobs: BTreeMap<String, u64>,
+    chunk_lists: BTreeSet<String>,
 }
 
 impl RepWriter {
@@ -41,6 +42,7 @@ impl RepWriter {
             counts: Counts::default(),
             packs: BTreeSet::new(),
             blobs: BTreeMap::new(),
+            chunk_lists: BTreeSet::new(),
         })
     }
 
@@ -53,6 +55,9 @@ impl RepWriter {
             }
             (BlobLoc::Standalone, Some(d)) => {
                 self.blobs.insert(hex::encode(d), row.size);
+            }
+            (BlobLoc::Chunked { list, .. }, _) => {
+                self.chunk_lists.insert(hex::encode(list));
             }
             _ => {}
         }
@@ -84,6 +89,7 @@ impl RepWriter {
             counts: self.counts,
             packs: self.packs,
             blobs: self.blobs,
+            chunk_lists: self.chunk_lists,
         })
     }
 }
@@ -96,6 +102,7 @@ pub struct StagedRep {
     pub counts: Counts,
     packs: BTreeSet<String>,
     blobs: BTreeMap<String, u64>,
+    chunk_lists: BTreeSet<String>,
 }
 
 /// What a manifest says besides what its rows tally to.
@@ -157,8 +164,9 @@ impl StagedRep {
             identity: self.identity.clone(),
             counts: self.counts.clone(),
             segments,
-            packs: pack_refs(store, &self.packs)?,
+            packs: stored_refs(store, &self.packs, keys::pack)?,
             blobs,
+            chunklists: stored_refs(store, &self.chunk_lists, keys::chunk_list)?,
             created_ns: crate::token::now_ns(),
             observed_ns: head.observed_ns,
             message: head.message,
@@ -167,11 +175,16 @@ impl StagedRep {
     }
 }
 
-/// Manifest entries for packs by name, with their stored sizes.
-fn pack_refs(store: &Store, names: &BTreeSet<String>) -> Result<Vec<FileRef>> {
+/// Manifest entries for packs or chunk lists by name, with their stored
+/// sizes.
+fn stored_refs(
+    store: &Store,
+    names: &BTreeSet<String>,
+    key_of: fn(&str) -> String,
+) -> Result<Vec<FileRef>> {
     let mut packs = Vec::with_capacity(names.len());
     for name in names {
-        let key = keys::pack(name);
+        let key = key_of(name);
         let size = store
             .storage()
             .size(&key)?

@@ -84,6 +84,10 @@ pub enum BlobLoc {
     None,
     /// A standalone raw blob named by the content digest.
     Standalone,
+    /// Content-defined chunks, in the chunk list named by this BLAKE3
+    /// (`format::chunk`).
+    /// `data`: the bytes stored as data, not holes (for `st_blocks`).
+    Chunked { list: [u8; 32], data: u64 },
     /// A frame inside a pack named by the pack's SHA-256.
     Packed {
         pack: [u8; 32],

@@ -1,7 +1,8 @@
 //! The figures of `strata status`: per set its latest generation, the
 //! committed generations, the rows and segment bytes of latest's base and
 //! delta and their ratio, held pins and open materialization tasks; and the
-//! store's pins, held and in all. Plain values for a caller to render.
+//! store's pins, held and in all; the dedup ratio against the space the
+//! last sweep measured. Plain values for a caller to render.
 
 use crate::compose::load_manifest;
 use crate::error::Result;
@@ -9,6 +10,7 @@ use crate::format::manifest::Manifest;
 use crate::format::record::State;
 use crate::index::GenIndex;
 use crate::pin::{PinInfo, PinState};
+use crate::sweep::Space;
 use crate::task::{TaskRecord, Tasks};
 use crate::Store;
 use serde::Serialize;
@@ -28,6 +30,9 @@ pub struct SetStatus {
     /// Delta rows per base row: what materialization policy looks at.
     pub delta_ratio: f64,
     pub held_pins: usize,
+    /// Sum of file sizes over every committed generation: what restoring
+    /// them all would write.
+    pub logical_bytes: u64,
     /// Materialization tasks not yet ended (planned, claimed, waiting...).
     pub open_tasks: usize,
 }
@@ -58,6 +63,27 @@ pub fn status(store: &Store) -> Result<StoreStatus> {
     })
 }
 
+/// Stored content bytes (packs, standalone blobs and chunks reachable at
+/// the sweep that measured `space`).
+pub fn content_bytes(space: &Space) -> u64 {
+    ["packs", "blobs", "chunks"]
+        .iter()
+        .filter_map(|c| space.reachable.get(*c))
+        .map(|t| t.bytes)
+        .sum()
+}
+
+/// Logical bytes of every committed generation of every set per stored
+/// content byte: what deduplication across files, generations and sets,
+/// holes and compression save together. `None` before anything is stored.
+pub fn dedup_ratio(sets: &[SetStatus], space: &Space) -> Option<f64> {
+    let logical: u64 = sets.iter().map(|s| s.logical_bytes).sum();
+    match content_bytes(space) {
+        0 => None,
+        stored => Some(logical as f64 / stored as f64),
+    }
+}
+
 fn segment_bytes(m: &Manifest) -> u64 {
     m.segments.iter().map(|s| s.size).sum()
 }
@@ -79,6 +105,7 @@ fn set_status(
         set: set.to_string(),
         latest,
         generations: committed.len() as u64,
+        logical_bytes: committed.iter().map(|r| r.bytes).sum(),
         base_rows: 0,
         base_bytes: 0,
         delta_rows: 0,

@@ -140,6 +140,7 @@ fn check_content(store: &Store, row: &crate::row::Row, report: &mut VerifyReport
     }
     let key = match row.blob {
         BlobLoc::Standalone => hex::encode(row.digest.unwrap_or_default()),
+        BlobLoc::Chunked { list, .. } => format!("chunks {}", hex::encode(list)),
         BlobLoc::Packed { pack, offset, .. } => format!("{}@{offset}", hex::encode(pack)),
         BlobLoc::None => "empty".into(),
     };

@@ -52,7 +52,11 @@ fn kill_at_every_durability_step_keeps_the_last_committed_generation() {
         let t = tempfile::tempdir().unwrap();
         let (src, st) = setup(t.path());
         write(&src, "d1/f1", b"changed before the crash");
-        write(&src, "large", &noise(100, 3 << 20));
+        // An edit inside the chunked file: most of its chunks stay shared.
+        let mut large = noise(99, 3 << 20);
+        large[1 << 20..(1 << 20) + 4096].copy_from_slice(&noise(100, 4096));
+        large.splice(2 << 20..2 << 20, noise(101, 4096));
+        write(&src, "large", &large);
         let spec = format!("{}=kill", step.name());
         let o = strata_env(
             &st,
@@ -149,13 +153,14 @@ fn frame_offset(st: &Path, path: &[u8]) -> usize {
 
 #[test]
 fn a_flipped_byte_anywhere_is_caught_by_verify_and_by_cat() {
-    for what in ["segments", "packs", "blobs", "manifests"] {
+    for what in ["segments", "packs", "chunks", "chunklists", "manifests"] {
         let t = tempfile::tempdir().unwrap();
         let (_src, st) = setup(t.path());
-        let at = if what == "packs" {
-            frame_offset(&st, b"d1/f1") + 1
-        } else {
-            100
+        let at = match what {
+            "packs" => frame_offset(&st, b"d1/f1") + 1,
+            // Inside the first extent of a list of one or two.
+            "chunklists" => 30,
+            _ => 100,
         };
         for f in files_under(&st.join(what)) {
             flip_byte(&f, at);
@@ -170,7 +175,10 @@ fn a_flipped_byte_anywhere_is_caught_by_verify_and_by_cat() {
             String::from_utf8_lossy(&v.stdout).contains("PROBLEM"),
             "{what}"
         );
-        let target = if what == "blobs" { "large" } else { "d1/f1" };
+        let target = match what {
+            "chunks" | "chunklists" => "large",
+            _ => "d1/f1",
+        };
         let c = strata(&st, &["cat", "--set", "s", target]);
         assert!(!c.status.success(), "cat must refuse corrupt {what}");
         assert!(

@@ -321,18 +321,22 @@ fn a_lost_manifest_is_an_error_not_a_missing_generation() {
     }
 }
 
-/// A store with one standalone blob; its key and the file holding it.
+/// A store with one standalone blob (written before chunking: new commits
+/// chunk large files); its key and the file holding it.
 fn standalone() -> (Fixture, [u8; 32], u64, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let st = dir.path().join("st");
-    fs::create_dir_all(&st).unwrap();
-    let store = Store::init(Arc::new(LocalStorage::new(&st))).unwrap().0;
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-before-chunks"))
+        .arg(&st)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let store = Store::open_local(&st).unwrap();
     let f = Fixture { dir, store };
-    let big: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
-    write(&f.src(), "big", &big);
-    commit_dir(&f.store, "s", &f.src());
-    let view = strata::compose::GenView::open(&f.store, "s", None, "test").unwrap();
-    let row = view.lookup(b"big").unwrap().unwrap();
+    let view = strata::compose::GenView::open(&f.store, "old", None, "test").unwrap();
+    let row = view.lookup(b"large.bin").unwrap().unwrap();
     assert_eq!(row.blob, BlobLoc::Standalone);
     let digest = row.digest.unwrap();
     let file = f.st().join(strata::store::keys::blob(&hex::encode(digest)));

@@ -29,7 +29,8 @@ use crate::synthetic_listing::Snapshots;
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    Request,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -40,8 +41,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
+use strata::chunks::ChunkedReader;
 use strata::compose::RowPos;
 use strata::error::{Error, ErrorKind};
+use strata::mount_tree::assembled::Assembled;
 use strata::mount_tree::layout::describe;
 use strata::mount_tree::listing::{items_from, DOTS};
 use strata::mount_tree::{
@@ -98,6 +101,13 @@ enum Handle {
         key: String,
         size: u64,
         pieces: Option<Arc<Pieces>>,
+        /// Set, generation and path, for the log.
+        what: String,
+    },
+    /// A chunked file not (yet) assembled, read chunk by chunk, each
+    /// verified.
+    Chunked {
+        reader: Arc<ChunkedReader>,
         /// Set, generation and path, for the log.
         what: String,
     },
@@ -160,6 +170,8 @@ pub(crate) struct StrataFs {
     verifier: Verifier,
     /// Serve stored owners instead of the mounting user.
     preserve_owner: bool,
+    /// Assembled copies of chunked files, served by passthrough.
+    assembled: Option<Arc<Assembled>>,
     /// Backing ids of blobs open with passthrough. The kernel requires every
     /// passthrough open of an inode to use the same backing id, so all opens
     /// of a blob share one while any is open.
@@ -259,6 +271,7 @@ impl StrataFs {
         verify: VerifyMode,
         preserve_owner: bool,
         notifier: Arc<OnceLock<Notifier>>,
+        assembled: Option<Arc<Assembled>>,
     ) -> StrataFs {
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -277,6 +290,7 @@ impl StrataFs {
             passthrough: false,
             verifier,
             preserve_owner,
+            assembled,
             backings: Mutex::new(HashMap::new()),
             uid,
             gid,
@@ -427,6 +441,7 @@ impl StrataFs {
         let what = describe(&gen, &row.path());
         match (row.blob, row.digest) {
             (BlobLoc::Standalone, Some(digest)) => self.open_standalone(digest, row.size, what),
+            (BlobLoc::Chunked { .. }, Some(digest)) => self.open_chunked(&row, digest, what),
             _ => {
                 let blob = LazyBlob {
                     row,
@@ -470,11 +485,82 @@ impl StrataFs {
         })
     }
 
+    /// Open a chunked file: by passthrough of its assembled copy (checked
+    /// as the policy asks), else by chunk reads while the copy is made.
+    /// With `--verify always` every open reads the store's chunks, each
+    /// verified, with no kept copy and no kept page cache.
+    fn open_chunked(&self, row: &Row, digest: [u8; 32], what: String) -> Reply<Opened> {
+        let always = self.verifier.policy() == VerifyPolicy::Always;
+        let assembled = self
+            .assembled
+            .as_ref()
+            .filter(|_| self.passthrough && !always);
+        if let Some(copy) = assembled.and_then(|a| a.open_copy(&digest)) {
+            match self.verifier.check_copy(&copy.file, copy.made_here, digest) {
+                Ok(()) => return Ok(Opened::Passthrough(copy.file, digest)),
+                Err(e) => {
+                    errno(&e, &what);
+                    warn!("{what}: its assembled copy was dropped");
+                    assembled.inspect(|a| a.drop_copy(&digest));
+                }
+            }
+        }
+        let store = self.tree.store();
+        let list = strata::chunks::list(store, row).map_err(|e| errno(&e, &what))?;
+        if let Some(assembled) = assembled {
+            assembled.request(store, digest, &list);
+        }
+        let reader = Arc::new(ChunkedReader::new(list));
+        let flags = match always {
+            true => FopenFlags::empty(),
+            false => FopenFlags::FOPEN_KEEP_CACHE,
+        };
+        Ok(Opened::Handle(Handle::Chunked { reader, what }, flags))
+    }
+
+    /// `SEEK_DATA`/`SEEK_HOLE` (the kernel answers the other whences): from
+    /// a chunked file's list, a local file's own extents, or, for a file
+    /// stored without holes, all data.
+    fn do_lseek(&self, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32) -> Reply<i64> {
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return Err(Errno::EINVAL),
+        };
+        let offset = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+        let found = {
+            let handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
+            match handles.get(&fh.0) {
+                Some(Handle::Chunked { reader, .. }) => reader.list().seek(offset, data),
+                Some(Handle::File(f)) | Some(Handle::Passthrough { file: f, .. }) => {
+                    return seek_file(f, offset, whence)
+                }
+                _ => {
+                    drop(handles);
+                    let Node::Entry { row, .. } = self.node(ino)? else {
+                        return Err(Errno::EINVAL);
+                    };
+                    (offset < row.size).then_some(if data { offset } else { row.size })
+                }
+            }
+        };
+        found
+            .and_then(|at| i64::try_from(at).ok())
+            .ok_or(Errno::ENXIO)
+    }
+
     fn do_read(&self, fh: FileHandle, offset: u64, size: u32) -> Reply<Vec<u8>> {
         let blob = {
             let handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
             match handles.get(&fh.0) {
                 Some(Handle::Packed(b)) => b.clone(),
+                Some(Handle::Chunked { reader, what }) => {
+                    let (reader, what) = (reader.clone(), what.clone());
+                    drop(handles);
+                    return reader
+                        .read(self.tree.store(), offset, u64::from(size))
+                        .map_err(|e| errno(&e, &what));
+                }
                 Some(Handle::Remote {
                     key,
                     size: total,
@@ -758,6 +844,21 @@ impl Filesystem for StrataFs {
         }
     }
 
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match guarded("lseek", || self.do_lseek(ino, fh, offset, whence)) {
+            Ok(at) => reply.offset(at),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn read(
         &self,
         _req: &Request,
@@ -909,4 +1010,17 @@ impl Filesystem for StrataFs {
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         reply.statfs(0, 0, 0, self.inodes().len(), 0, 4096, 255, 4096);
     }
+}
+
+/// `lseek` on a local file serving a blob (its holes are the file's).
+fn seek_file(file: &File, offset: u64, whence: i32) -> Reply<i64> {
+    use std::os::fd::AsRawFd;
+    let offset = libc::off_t::try_from(offset).map_err(|_| Errno::ENXIO)?;
+    // SAFETY: lseek on a descriptor the handle keeps open; reads of it use
+    // pread, so its file offset is not otherwise relied on.
+    let at = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
+    if at < 0 {
+        return Err(Errno::from(std::io::Error::last_os_error()));
+    }
+    Ok(at)
 }

@@ -53,6 +53,11 @@ struct Args {
     /// When standalone blobs are hashed in full before being served
     #[arg(long, value_enum, default_value = "first-open")]
     verify: fs::VerifyMode,
+    /// Budget of assembled copies of chunked files served by passthrough,
+    /// e.g. 2G (0: serve chunked files by FUSE reads only)
+    #[arg(long, value_parser = strata::storage::parse_size,
+          default_value_t = strata::mount_tree::assembled::DEFAULT_BUDGET)]
+    assembled_size: u64,
     /// Serve each entry's stored owner instead of the mounting user
     #[arg(long)]
     preserve_owner: bool,
@@ -154,6 +159,13 @@ fn run(args: Args) -> Result<(), DaemonError> {
     let gens = Arc::new(gen::Gens::new(store, gen::LATEST_FRESH));
     let stats = Arc::new(fs::Stats::default());
     let notifier = Arc::new(OnceLock::new());
+    let assembled = match args.assembled_size {
+        0 => None,
+        budget => Some(
+            strata::mount_tree::assembled::Assembled::open(&root, budget)
+                .map_err(DaemonError::Store)?,
+        ),
+    };
     let fs = fs::StrataFs::new(
         gens.clone(),
         args.set.clone(),
@@ -161,6 +173,7 @@ fn run(args: Args) -> Result<(), DaemonError> {
         args.verify,
         args.preserve_owner,
         notifier.clone(),
+        assembled,
     );
     let mut config = Config::default();
     config.mount_options = vec![

@@ -152,6 +152,14 @@ fn flip_blob_byte(st: &Path, store: &Store, path: &[u8]) {
             st.join(strata::store::keys::pack(&hex::encode(pack))),
             offset as usize + 10,
         ),
+        strata::row::BlobLoc::Chunked { .. } => {
+            let list = strata::chunks::list(store, &row).unwrap();
+            let first = list.chunk_digests().next().expect("a data chunk");
+            (
+                st.join(strata::store::keys::chunk(&hex::encode(first))),
+                100,
+            )
+        }
         strata::row::BlobLoc::None => panic!("no blob"),
     };
     let mut b = fs::read(&file).unwrap();

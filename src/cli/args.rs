@@ -95,6 +95,10 @@ pub(crate) struct MountCmd {
     /// Serve each entry's stored owner instead of the mounting user
     #[arg(long)]
     pub(crate) preserve_owner: bool,
+    /// Budget of assembled copies of chunked files, served at native speed
+    /// by passthrough (default 8G; 0: chunk reads only)
+    #[arg(long, value_name = "SIZE", value_parser = strata::storage::parse_size)]
+    pub(crate) assembled_size: Option<u64>,
     /// Do not fold deltas into new bases on the daemon's own initiative
     #[arg(long)]
     pub(crate) no_materialize: bool,

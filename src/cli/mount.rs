@@ -42,6 +42,8 @@ struct MountArgs<'a> {
     foreground: bool,
     verify: &'a str,
     preserve_owner: bool,
+    /// Budget of assembled copies (`None`: the daemon's default).
+    assembled_size: Option<u64>,
     no_materialize: bool,
     /// Scheduled sweeps: every, and their grace (`None`: the daemon's defaults).
     sweep_every: Option<std::time::Duration>,
@@ -62,6 +64,7 @@ pub(crate) fn mount_cmd(store_args: &StoreArgs, a: &MountCmd) -> Result<i32> {
         foreground: a.foreground,
         verify: &a.verify,
         preserve_owner: a.preserve_owner,
+        assembled_size: a.assembled_size,
         no_materialize: a.no_materialize,
         sweep_every: a.sweep_every,
         sweep_grace: a.sweep_grace,
@@ -86,6 +89,9 @@ fn mount(a: &MountArgs<'_>) -> Result<i32> {
     }
     if a.no_materialize {
         cmd.arg("--no-materialize");
+    }
+    if let Some(n) = a.assembled_size {
+        cmd.arg("--assembled-size").arg(n.to_string());
     }
     for s in a.sets {
         cmd.arg("--set").arg(s);

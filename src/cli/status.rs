@@ -1,6 +1,6 @@
 //! `strata status`: per set (latest, generations, base and delta sizes and
 //! the delta ratio, pins, open tasks: `strata::status`), space by category
-//! from the last sweep, and each running daemon (through its control
+//! from the last sweep with the dedup ratio, and each running daemon (through its control
 //! socket) with its cache hit rate; a table, or `--json`.
 
 use super::args::JsonArg;
@@ -33,9 +33,10 @@ pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
             "at_ns": r.started_ns, "deleted": r.deleted, "deferred": r.deferred })
         });
         let space = sweep.as_ref().map(|r| &r.space);
+        let dedup = space.and_then(|s| strata::status::dedup_ratio(sets, s));
         return print_json(
             &serde_json::json!({ "store": root, "sets": sets, "pins": { "held": held, "total": status.pins },
-                "space": space, "last_sweep": last, "daemons": daemons }),
+                "space": space, "dedup_ratio": dedup, "last_sweep": last, "daemons": daemons }),
         );
     }
     println!(
@@ -46,7 +47,7 @@ pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
     );
     print_sets(sets);
     match &sweep {
-        Some(r) => print_space(r),
+        Some(r) => print_space(r, sets),
         None => println!("space: unknown until the first sweep (`strata sweep --dry-run`)"),
     }
     if daemons.is_empty() {
@@ -85,7 +86,7 @@ fn rows_and_bytes(rows: u64, bytes: u64) -> String {
     format!("{rows} row{plural}, {}", render::bytes(bytes))
 }
 
-fn print_space(r: &strata::sweep::SweepReport) {
+fn print_space(r: &strata::sweep::SweepReport, sets: &[SetStatus]) {
     let t =
         |t: strata::sweep::Tally| format!("{} in {} object(s)", render::bytes(t.bytes), t.count);
     let s = &r.space;
@@ -97,12 +98,26 @@ fn print_space(r: &strata::sweep::SweepReport) {
     println!("  live base   {}", t(s.live_base));
     println!("  live delta  {}", t(s.live_delta));
     println!(
-        "  packs       {} live, {} dead",
+        "  pack frames {} live, {} dead",
         render::bytes(s.packs_live_bytes),
         render::bytes(s.packs_dead_bytes)
     );
     println!("  condemned   {}", t(s.condemned));
     println!("  staging     {}", t(s.staging));
+    if !s.reachable.is_empty() {
+        println!("  reachable objects by category:");
+    }
+    for (category, tally) in &s.reachable {
+        println!("    {category:<11} {}", t(*tally));
+    }
+    if let Some(ratio) = strata::status::dedup_ratio(sets, s) {
+        let logical: u64 = sets.iter().map(|s| s.logical_bytes).sum();
+        println!(
+            "  dedup       {ratio:.2}x: {} in every committed generation, {} of content stored",
+            render::bytes(logical),
+            render::bytes(strata::status::content_bytes(s))
+        );
+    }
 }
 
 fn print_daemon(d: &serde_json::Value) {

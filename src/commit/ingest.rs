@@ -3,7 +3,8 @@
 //! Files are read and hashed (BLAKE3) on a worker pool; a file that changes
 //! while read (fstat before/after differs) is retried, then reported. Small
 //! content goes into pack files (one zstd frame per blob when that saves
-//! space), large content into standalone raw files. A single sink thread owns
+//! space), large content into content-defined chunks (`large`), stored by the
+//! worker that reads the file. A single sink thread owns
 //! the journal and the open pack, so journal records of packed blobs are
 //! written only once their pack is sealed and in its final name.
 
@@ -15,13 +16,12 @@ use crate::format::pack::STANDALONE_MIN;
 use crate::pack_writer::{Placed, RollingPacks};
 use crate::row::{BlobLoc, Codec, Kind, Row};
 use crate::staging::Staging;
-use crate::storage::PutOutcome;
-use crate::store::{keys, Store};
+use crate::store::Store;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -29,7 +29,6 @@ use std::sync::Arc;
 const READ_ATTEMPTS: usize = 3;
 /// zstd level for packed blobs.
 const ZSTD_LEVEL: i32 = 3;
-const COPY_CHUNK: usize = 4 << 20;
 
 /// Content lookup of the parent generation for deduplication.
 pub(crate) type DedupIndex = HashMap<[u8; 32], BlobLoc>;
@@ -41,19 +40,17 @@ pub(crate) enum SinkMsg {
         codec: Codec,
         frame: Vec<u8>,
     },
-    Standalone {
-        row: Row,
-        staged: PathBuf,
-    },
     Problem(String),
     /// A failure on the store's side (the disk budget, a staging write):
     /// it fails the commit; it is not a path to skip.
     Failed(crate::error::Error),
 }
 
-/// Where hash workers stage large blobs, and the budget they admit against.
+/// Where hash workers store large files, their staging directory, and the
+/// budget they admit against.
 #[derive(Clone, Copy)]
 pub(crate) struct StageDir<'a> {
+    pub store: &'a Store,
     pub dir: &'a Path,
     pub admission: &'a crate::budget::Admission,
 }
@@ -65,7 +62,6 @@ pub(crate) struct SinkOutput {
 }
 
 struct Sink {
-    store: Store,
     admission: Arc<crate::budget::Admission>,
     journal: JournalWriter,
     /// The open pack; its rows are journaled once it is sealed.
@@ -80,7 +76,6 @@ impl Sink {
         match msg {
             SinkMsg::Journal(row) => self.journal.append(&row),
             SinkMsg::Packed { row, codec, frame } => self.packed(row, codec, frame),
-            SinkMsg::Standalone { row, staged } => self.standalone(row, &staged),
             SinkMsg::Problem(p) => {
                 self.problems.push(p);
                 Ok(())
@@ -119,22 +114,6 @@ impl Sink {
         let placed = self.packs.seal()?;
         self.journal_placed(placed)
     }
-
-    fn standalone(&mut self, mut row: Row, staged: &Path) -> Result<()> {
-        let name = hex::encode(row.digest.expect("hashed row"));
-        if self
-            .store
-            .storage()
-            .put_file_if_absent(&keys::blob(&name), staged)?
-            == PutOutcome::Created
-        {
-            self.progress
-                .stored_bytes
-                .fetch_add(row.size, Ordering::Relaxed);
-        }
-        row.blob = BlobLoc::Standalone;
-        self.journal.append(&row)
-    }
 }
 
 /// Start the sink thread; it runs until every sender is dropped.
@@ -146,7 +125,6 @@ pub(crate) fn spawn_sink(
 ) -> Result<(Sender<SinkMsg>, std::thread::JoinHandle<Result<SinkOutput>>)> {
     let (tx, rx) = bounded::<SinkMsg>(64);
     let mut sink = Sink {
-        store: store.clone(),
         admission: staging.admission.clone(),
         journal,
         packs: RollingPacks::new(store, &staging.dir)?,
@@ -256,7 +234,7 @@ fn read_file(
     row.first_gen = walk.first_gen;
     row.changed_gen = walk.changed_gen;
     let read = if row.size >= STANDALONE_MIN {
-        stage_large(&file, abs, &mut row, staging)?
+        chunked(&file, abs, &mut row, staging, prev, progress)?
     } else {
         read_small(&file, abs, &mut row, dedup, prev)?
     };
@@ -270,14 +248,34 @@ fn read_file(
     let same = (after.size, after.mtime_ns, after.ctime_ns, after.ino)
         == (row.size, row.mtime_ns, row.ctime_ns, row.ino);
     if !same {
-        if let SinkMsg::Standalone { staged, .. } = &msg {
-            crate::storage::remove_or_warn(staged, "staged copy of a file that changed");
-        }
         return Ok(None);
     }
     progress.hashed_files.fetch_add(1, Ordering::Relaxed);
     progress.hashed_bytes.fetch_add(row.size, Ordering::Relaxed);
     Ok(Some(msg))
+}
+
+/// Store a large file as chunks (`large`); its row names the chunk list.
+fn chunked(
+    file: &File,
+    abs: &Path,
+    row: &mut Row,
+    staging: StageDir<'_>,
+    prev: Option<&Row>,
+    progress: &Progress,
+) -> Result<Option<SinkMsg>> {
+    let Some(stored) = super::large::store_file(file, abs, row.size, prev, staging)? else {
+        return Ok(None);
+    };
+    row.digest = Some(stored.digest);
+    row.blob = BlobLoc::Chunked {
+        list: stored.list,
+        data: stored.data,
+    };
+    progress
+        .stored_bytes
+        .fetch_add(stored.new_bytes, Ordering::Relaxed);
+    Ok(Some(SinkMsg::Journal(row.clone())))
 }
 
 fn read_small(
@@ -326,37 +324,4 @@ fn compress(data: Vec<u8>) -> (Codec, Vec<u8>) {
         }
     }
     (Codec::Raw, data)
-}
-
-fn stage_large(
-    file: &File,
-    abs: &Path,
-    row: &mut Row,
-    staging: StageDir<'_>,
-) -> Result<Option<SinkMsg>> {
-    staging.admission.admit("commit", row.size)?;
-    let (staged, mut out) = crate::token::fresh_file(staging.dir, "blob")?;
-    let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; COPY_CHUNK];
-    let mut total = 0u64;
-    let mut input = file;
-    loop {
-        let n = input.read(&mut buf).ctx("read", abs)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update_rayon(&buf[..n]);
-        out.write_all(&buf[..n]).ctx("write", &staged)?;
-        total += n as u64;
-    }
-    out.sync_all().ctx("fsync", &staged)?;
-    if total != row.size {
-        crate::storage::remove_or_warn(&staged, "staged copy of a file that changed");
-        return Ok(None);
-    }
-    row.digest = Some(*hasher.finalize().as_bytes());
-    Ok(Some(SinkMsg::Standalone {
-        row: row.clone(),
-        staged,
-    }))
 }

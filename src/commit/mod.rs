@@ -9,6 +9,7 @@
 
 mod beneath;
 mod ingest;
+mod large;
 mod walk;
 
 use crate::compose::GenView;
@@ -405,6 +406,7 @@ fn observe(
             slots.send(()).map_err(|_| sink_gone())?;
             let (tx, freed, dedup) = (tx.clone(), freed.clone(), &dedup);
             let stage = StageDir {
+                store,
                 dir: &staging.dir,
                 admission: &staging.admission,
             };

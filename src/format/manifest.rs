@@ -6,8 +6,8 @@ use super::{parse_versioned, sha256_hex};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
-/// 1: initial layout.
-pub const MANIFEST_VERSION: u32 = 1;
+/// 1: initial layout. 2: `chunklists` (a version 1 manifest has none).
+pub const MANIFEST_VERSION: u32 = 2;
 pub const MANIFEST_TAG: &str = "strata-manifest";
 /// Largest manifest a reader accepts.
 pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
@@ -90,6 +90,10 @@ pub struct Manifest {
     pub packs: Vec<FileRef>,
     /// Standalone blobs referenced by this representation's rows (BLAKE3 names).
     pub blobs: Vec<FileRef>,
+    /// Chunk lists referenced by this representation's rows (BLAKE3 names;
+    /// each names its chunks).
+    #[serde(default)]
+    pub chunklists: Vec<FileRef>,
     pub created_ns: i64,
     /// When the walk that produced this generation started. Files whose
     /// mtime or ctime is not clearly before it are re-hashed next time.
@@ -138,7 +142,8 @@ impl Manifest {
             .iter()
             .map(|s| &s.name)
             .chain(self.packs.iter().map(|p| &p.name))
-            .chain(self.blobs.iter().map(|b| &b.name));
+            .chain(self.blobs.iter().map(|b| &b.name))
+            .chain(self.chunklists.iter().map(|c| &c.name));
         let bindings = self
             .base
             .iter()

@@ -1,6 +1,7 @@
 //! On-disk formats. Every one is versioned; the field tables, the version
 //! history and who may write what when live in docs/FORMAT.md.
 
+pub mod chunk;
 pub mod journal;
 pub mod manifest;
 pub mod pack;

@@ -18,8 +18,9 @@ const HEAD_MAGIC: &[u8; 8] = b"STRATAPK";
 const TAIL_MAGIC: &[u8; 8] = b"STRPKEND";
 const HEADER_LEN: u64 = 16;
 const ENTRY_LEN: usize = 32 + 8 + 8 + 8 + 1;
-/// Files at least this large are stored as standalone raw blobs, smaller
-/// ones as frames in packs.
+/// Files at least this large are stored as chunks (`format::chunk`;
+/// stores written before chunking hold them as standalone raw blobs),
+/// smaller ones as frames in packs.
 pub const STANDALONE_MIN: u64 = 1 << 20;
 /// A pack is sealed once it reaches this size.
 pub const PACK_TARGET_BYTES: u64 = 32 << 20;

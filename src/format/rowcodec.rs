@@ -39,6 +39,11 @@ fn encode_blob(blob: &BlobLoc, out: &mut Vec<u8>) {
     match blob {
         BlobLoc::None => out.push(0),
         BlobLoc::Standalone => out.push(1),
+        BlobLoc::Chunked { list, data } => {
+            out.push(3);
+            out.extend_from_slice(list);
+            out.extend_from_slice(&data.to_le_bytes());
+        }
         BlobLoc::Packed {
             pack,
             offset,
@@ -106,6 +111,10 @@ fn decode_blob(r: &mut Reader<'_>) -> Result<BlobLoc> {
     Ok(match r.u8()? {
         0 => BlobLoc::None,
         1 => BlobLoc::Standalone,
+        3 => BlobLoc::Chunked {
+            list: r.array()?,
+            data: r.u64()?,
+        },
         2 => {
             let pack = r.array()?;
             let offset = r.u64()?;

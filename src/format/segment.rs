@@ -39,8 +39,9 @@ use std::thread::JoinHandle;
 
 /// Segment format version (see docs/FORMAT.md, "Segment").
 /// 1: initial layout. 2: `uid` and `gid` columns appended (a version 1
-/// segment reads as owner 0:0).
-pub const SEGMENT_VERSION: u32 = 2;
+/// segment reads as owner 0:0). 3: blob location 3, chunked (the `pack`
+/// column holds the chunk list's digest).
+pub const SEGMENT_VERSION: u32 = 3;
 /// Rows per row group: the unit a lookup decodes.
 pub const GROUP_ROWS: usize = 4096;
 /// Rows per segment before the writer starts a new file.
@@ -407,6 +408,7 @@ fn to_batch(rows: &[Row]) -> Result<RecordBatch> {
         let (tag, p, o, l, c) = match r.blob {
             BlobLoc::None => (0, None, 0, 0, 0),
             BlobLoc::Standalone => (1, None, 0, 0, 0),
+            BlobLoc::Chunked { list, data } => (3, Some(list), 0, data, 0),
             BlobLoc::Packed {
                 pack,
                 offset,
@@ -794,6 +796,10 @@ impl<'a> LocColumns<'a> {
         Ok(match self.blob.value(i) {
             0 => BlobLoc::None,
             1 => BlobLoc::Standalone,
+            3 if self.pack.is_valid(i) => BlobLoc::Chunked {
+                list: fixed32(self.pack.value(i)).ok_or_else(|| bad("chunk list digest"))?,
+                data: self.stored.value(i),
+            },
             2 if self.pack.is_valid(i) => BlobLoc::Packed {
                 pack: fixed32(self.pack.value(i)).ok_or_else(|| bad("pack digest"))?,
                 offset: self.offset.value(i),

@@ -14,7 +14,7 @@
 use super::{absent_as_none, Gen, Tree, TreeError, TreeResult};
 use crate::compose::RowPos;
 use crate::error::Error;
-use crate::row::{join, Kind, Row};
+use crate::row::{join, BlobLoc, Kind, Row};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -445,7 +445,10 @@ impl Tree {
         Attrs {
             kind: NodeKind::of(row.kind),
             size: row.size,
-            blocks: row.size.div_ceil(512),
+            blocks: match row.blob {
+                BlobLoc::Chunked { data, .. } => data.div_ceil(512),
+                _ => row.size.div_ceil(512),
+            },
             atime: t,
             mtime: t,
             ctime: time_of(row.ctime_ns.max(row.mtime_ns)),

@@ -24,6 +24,7 @@
 //! pack, blob or segment of a served generation is `Error::MissingObject`,
 //! of kind Unavailable, never `NotFound`).
 
+pub mod assembled;
 pub mod layout;
 pub mod listing;
 pub mod served;

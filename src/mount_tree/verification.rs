@@ -22,12 +22,15 @@ use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-/// When standalone blobs are hashed in full before they are served.
+/// When standalone blobs and assembled copies of chunked files are hashed
+/// in full before they are served (chunks and packed blobs are checked as
+/// they are decoded, always).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VerifyPolicy {
     /// At the first open of each blob in this process.
     FirstOpen,
-    /// At every open.
+    /// At every open; a chunked file is then read from the store's chunks
+    /// at every open, never from a kept copy.
     Always,
     /// Never (packed blobs are still checked: decoding includes the check).
     Off,
@@ -138,6 +141,20 @@ impl Verifier {
             self.verify_file(&file, key, digest)?;
         }
         Ok(OpenedBlob::Local(file))
+    }
+
+    /// Check a local copy of the content `digest` before it is served: one
+    /// this process made from verified parts (`made_here`) counts as
+    /// verified at its first open; any other is hashed as the policy asks.
+    pub fn check_copy(&self, file: &File, made_here: bool, digest: [u8; 32]) -> Result<()> {
+        if made_here && self.policy == VerifyPolicy::FirstOpen {
+            self.mark_verified(digest);
+            return Ok(());
+        }
+        if self.must_verify(&digest) {
+            self.verify_file(file, &hex::encode(digest), digest)?;
+        }
+        Ok(())
     }
 
     fn verify_file(&self, file: &File, key: &str, digest: [u8; 32]) -> Result<()> {

@@ -36,13 +36,17 @@ const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(3600);
 enum Hash {
     Sha256,
     Blake3,
+    /// A chunk object: the BLAKE3 of its decoded content.
+    Chunk,
 }
 
 /// The digest a key is named by, for keys of immutable objects.
 fn named_digest(key: &str) -> Option<(Hash, &str)> {
     let name = key.rsplit('/').next()?;
-    let (hash, hex) = if key.starts_with("blobs/") {
+    let (hash, hex) = if key.starts_with("blobs/") || key.starts_with("chunklists/") {
         (Hash::Blake3, name)
+    } else if key.starts_with("chunks/") {
+        (Hash::Chunk, name)
     } else if key.starts_with("manifests/") {
         (Hash::Sha256, name.strip_suffix(".json")?)
     } else if key.starts_with("segments/") {
@@ -236,6 +240,11 @@ fn verify(key: &str, file: &Path) -> Result<()> {
             "not a content-named object: key=`{key}`"
         )));
     };
+    if hash == Hash::Chunk {
+        let stored = fs::read(file).ctx("read", file)?;
+        let got = crate::format::chunk::content_digest(key, &stored)?;
+        return matches_name(key, &hex::encode(got));
+    }
     let mut f = File::open(file).ctx("open", file)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut sha = Sha256::new();
@@ -247,14 +256,14 @@ fn verify(key: &str, file: &Path) -> Result<()> {
         }
         match hash {
             Hash::Sha256 => sha.update(&buf[..n]),
-            Hash::Blake3 => {
+            Hash::Blake3 | Hash::Chunk => {
                 b3.update(&buf[..n]);
             }
         }
     }
     let got = match hash {
         Hash::Sha256 => hex::encode(sha.finalize()),
-        Hash::Blake3 => b3.finalize().to_hex().to_string(),
+        Hash::Blake3 | Hash::Chunk => b3.finalize().to_hex().to_string(),
     };
     matches_name(key, &got)
 }

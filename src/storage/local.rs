@@ -113,6 +113,29 @@ pub(crate) fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
     f.sync_all().ctx("fsync", path)
 }
 
+/// Write `bytes` to a new file at `path` (mode 0600), not yet synced.
+fn write_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .ctx("create", path)?;
+    f.write_all(bytes).ctx("write", path)
+}
+
+/// Flush every write of the filesystem holding `dir` (one sync for many
+/// new files).
+fn syncfs(dir: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = File::open(dir).ctx("open", dir)?;
+    // SAFETY: `f` is an open descriptor for the duration of the call.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        return Err(Error::io("syncfs", dir, io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 /// Rename without replacing; `Ok(false)` when `to` exists.
 fn rename_noreplace(from: &Path, to: &Path) -> Result<bool> {
     let c_from = CString::new(from.as_os_str().as_bytes())
@@ -305,6 +328,33 @@ impl Storage for LocalStorage {
         let tmp = self.temp_path(&path);
         write_new_file(&tmp, bytes)?;
         self.put_file_if_absent(key, &tmp)
+    }
+
+    fn put_many_if_absent(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<PutOutcome>> {
+        let mut temps = Vec::with_capacity(items.len());
+        for (key, bytes) in items {
+            let path = self.path(key);
+            self.ensure_parent(&path)?;
+            let tmp = self.temp_path(&path);
+            write_unsynced(&tmp, bytes)?;
+            temps.push((tmp, path));
+        }
+        syncfs(&self.root)?;
+        let mut outcomes = Vec::with_capacity(items.len());
+        let mut dirs = std::collections::BTreeSet::new();
+        for (tmp, path) in &temps {
+            if rename_noreplace(tmp, path)? {
+                outcomes.push(PutOutcome::Created);
+            } else {
+                fs::remove_file(tmp).ctx("unlink-staged", tmp)?;
+                outcomes.push(PutOutcome::AlreadyExists);
+            }
+            dirs.insert(path.parent().unwrap_or(&self.root).to_path_buf());
+        }
+        for dir in dirs {
+            fsync_dir(&dir)?;
+        }
+        Ok(outcomes)
     }
 
     fn put_file_if_absent(&self, key: &str, staged: &Path) -> Result<PutOutcome> {

@@ -91,6 +91,17 @@ pub trait Storage: Send + Sync + Debug {
     fn size(&self, key: &str) -> Result<Option<u64>>;
     /// Durably create `key` with `bytes` unless it exists.
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<PutOutcome>;
+    /// Durably create each `(key, bytes)` unless it exists, as
+    /// [`Storage::put_if_absent`] does one by one; a backend may make them
+    /// durable together (a local one syncs its filesystem once, and each
+    /// directory once). Every object is durable when this returns.
+    fn put_many_if_absent(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<PutOutcome>> {
+        use rayon::prelude::*;
+        items
+            .par_iter()
+            .map(|(key, bytes)| self.put_if_absent(key, bytes))
+            .collect()
+    }
     /// Durably move a fully written, fsynced local file to `key` unless it exists.
     /// The staged file is consumed either way.
     fn put_file_if_absent(&self, key: &str, staged: &Path) -> Result<PutOutcome>;

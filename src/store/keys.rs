@@ -22,15 +22,20 @@ pub const SWEEPER_LEASE: &str = "sweep/SWEEPER.lease";
 /// Held by a sweep's deletion batch; writers wait while it is held.
 pub const DELETING_LEASE: &str = "sweep/DELETING.lease";
 /// Directories of content-named objects (what a store's size counts).
-pub const OBJECT_DIRS: [&str; 4] = [MANIFESTS, SEGMENTS, PACKS, BLOBS];
+pub const OBJECT_DIRS: [&str; 6] = [MANIFESTS, SEGMENTS, PACKS, BLOBS, CHUNK_LISTS, CHUNKS];
 pub const MANIFESTS: &str = "manifests";
 pub const SEGMENTS: &str = "segments";
 pub const PACKS: &str = "packs";
 pub const BLOBS: &str = "blobs";
+pub const CHUNK_LISTS: &str = "chunklists";
+pub const CHUNKS: &str = "chunks";
 /// Name suffixes of manifests, segments and packs (blobs have none).
 pub const MANIFEST_SUFFIX: &str = ".json";
 pub const SEGMENT_SUFFIX: &str = ".parquet";
 pub const PACK_SUFFIX: &str = ".pack";
+/// Assembled copies of chunked files, in the local directory of a mount
+/// (`mount_tree::assembled`); never part of the store's objects.
+pub const ASSEMBLED: &str = "assembled";
 /// Sweep epochs: reports and condemned lists.
 pub const EPOCH_DIR: &str = "sweep/epochs";
 
@@ -51,6 +56,20 @@ pub fn pack(name: &str) -> String {
 }
 pub fn blob(digest_hex: &str) -> String {
     format!("{BLOBS}/{}/{digest_hex}", digest_hex.get(..2).unwrap_or(""))
+}
+/// A chunk, named by the BLAKE3 of its raw bytes.
+pub fn chunk(digest_hex: &str) -> String {
+    format!(
+        "{CHUNKS}/{}/{digest_hex}",
+        digest_hex.get(..2).unwrap_or("")
+    )
+}
+/// A chunk list, named by the BLAKE3 of its bytes.
+pub fn chunk_list(digest_hex: &str) -> String {
+    format!(
+        "{CHUNK_LISTS}/{}/{digest_hex}",
+        digest_hex.get(..2).unwrap_or("")
+    )
 }
 pub fn journal_dir(set: &str) -> String {
     format!("{JOURNALS}/{set}")

@@ -4,13 +4,13 @@
 //! files are created exclusively and never rewritten.
 
 use super::mark::{digest, Kind, Marks};
-use super::report::SweepReport;
+use super::report::{SweepReport, Tally};
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
 use crate::storage::PutOutcome;
 use crate::store::{keys, Store};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// 1: initial layout.
 pub(super) const CONDEMNED_VERSION: u32 = 1;
@@ -109,6 +109,14 @@ pub(super) fn load_condemned(store: &Store, epoch: u64) -> Result<FirstCondemned
     Ok(out)
 }
 
+/// What listing the store found: the objects the mark did not reach, how
+/// many were listed, and the listed bytes of the reached ones by category.
+pub(super) struct Listing {
+    pub(super) condemned: Vec<Condemned>,
+    pub(super) listed: u64,
+    pub(super) reachable: BTreeMap<String, Tally>,
+}
+
 /// Every stored object that is not marked.
 pub(super) fn unreachable(
     store: &Store,
@@ -116,7 +124,7 @@ pub(super) fn unreachable(
     prev: &FirstCondemned,
     epoch: u64,
     now: i64,
-) -> Result<(Vec<Condemned>, u64)> {
+) -> Result<Listing> {
     let storage = store.storage();
     let mut dirs = vec![(
         Kind::Manifest,
@@ -127,6 +135,8 @@ pub(super) fn unreachable(
         (Kind::Segment, keys::SEGMENTS, keys::SEGMENT_SUFFIX),
         (Kind::Pack, keys::PACKS, keys::PACK_SUFFIX),
         (Kind::Blob, keys::BLOBS, ""),
+        (Kind::ChunkList, keys::CHUNK_LISTS, ""),
+        (Kind::Chunk, keys::CHUNKS, ""),
     ] {
         // Objects live in two-hex-digit prefix directories; anything else
         // there is not ours to judge.
@@ -138,6 +148,7 @@ pub(super) fn unreachable(
     }
     let mut out = Vec::new();
     let mut listed = 0;
+    let mut reachable: BTreeMap<String, Tally> = BTreeMap::new();
     for (kind, dir, ext) in dirs {
         for (name, size) in storage.list_sizes(&dir)? {
             let Some(d) = name
@@ -148,6 +159,10 @@ pub(super) fn unreachable(
             };
             listed += 1;
             if marks.contains(kind, &d) {
+                reachable
+                    .entry(kind.category().to_string())
+                    .or_default()
+                    .add(size);
                 continue;
             }
             let (first_epoch, first_ns) = prev.get(&(kind, d)).copied().unwrap_or((epoch, now));
@@ -160,7 +175,11 @@ pub(super) fn unreachable(
             });
         }
     }
-    Ok((out, listed))
+    Ok(Listing {
+        condemned: out,
+        listed,
+        reachable,
+    })
 }
 
 pub(super) fn write_condemned(

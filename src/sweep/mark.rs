@@ -23,6 +23,8 @@ pub(super) enum Kind {
     Segment,
     Pack,
     Blob,
+    ChunkList,
+    Chunk,
 }
 
 impl Kind {
@@ -32,6 +34,20 @@ impl Kind {
             Kind::Segment => keys::segment(hex),
             Kind::Pack => keys::pack(hex),
             Kind::Blob => keys::blob(hex),
+            Kind::ChunkList => keys::chunk_list(hex),
+            Kind::Chunk => keys::chunk(hex),
+        }
+    }
+
+    /// The space category `strata status` shows this kind's objects under.
+    pub(super) fn category(self) -> &'static str {
+        match self {
+            Kind::Manifest => "manifests",
+            Kind::Segment => "segments",
+            Kind::Pack => "packs",
+            Kind::Blob => "blobs",
+            Kind::ChunkList => "chunk lists",
+            Kind::Chunk => "chunks",
         }
     }
 
@@ -41,6 +57,8 @@ impl Kind {
             Kind::Segment => 's',
             Kind::Pack => 'p',
             Kind::Blob => 'b',
+            Kind::ChunkList => 'l',
+            Kind::Chunk => 'k',
         }
     }
 
@@ -50,6 +68,8 @@ impl Kind {
             "s" => Kind::Segment,
             "p" => Kind::Pack,
             "b" => Kind::Blob,
+            "l" => Kind::ChunkList,
+            "k" => Kind::Chunk,
             _ => return None,
         })
     }
@@ -117,10 +137,34 @@ impl Marks {
         for b in &m.blobs {
             self.mark(Kind::Blob, digest("blob", &b.name)?, b.size, base);
         }
+        for c in &m.chunklists {
+            self.chunk_list(store, &c.name, c.size, base)?;
+        }
         if let Some(b) = &m.base {
             self.manifest(store, &b.manifest)?;
         }
         self.mark(Kind::Manifest, d, bytes.len() as u64, base);
+        Ok(())
+    }
+
+    /// Mark a chunk list and its chunks (chunks by their raw length: their
+    /// stored size is not recorded anywhere smaller than a listing). A list
+    /// that cannot be read fails the mark: its chunks are unaccounted for.
+    fn chunk_list(&mut self, store: &Store, name: &str, size: u64, base: bool) -> Result<()> {
+        let d = digest("chunk list", name)?;
+        if let Some(o) = self.objects.get_mut(&(Kind::ChunkList, d)) {
+            o.base |= base;
+            if !base {
+                return Ok(());
+            }
+        }
+        let list = crate::chunks::list_any(store, &d)?;
+        for e in &list.extents {
+            if let crate::format::chunk::Extent::Data { len, digest } = *e {
+                self.mark(Kind::Chunk, digest, len, base);
+            }
+        }
+        self.mark(Kind::ChunkList, d, size, base);
         Ok(())
     }
 

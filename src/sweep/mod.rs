@@ -139,8 +139,10 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
     };
     report.epoch = epoch;
     let prev = previous_condemned(store, known.last().copied(), &mut report);
-    let (condemned, listed) = unreachable(store, &marks, &prev, epoch, now)?;
-    report.objects = listed;
+    let listing = unreachable(store, &marks, &prev, epoch, now)?;
+    let condemned = listing.condemned;
+    report.objects = listing.listed;
+    space.reachable = listing.reachable;
     let grace = effective_grace(store, opts.grace, &mut report);
     let grace_ns = grace.as_nanos().min(i64::MAX as u128) as i64;
     let mut deletable = Vec::new();

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::store::{keys, Store};
 use crate::sweep::residue::LeaseInfo;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 pub(super) const REPORT_TAG: &str = "strata-sweep-report";
 /// 1: initial layout.
@@ -41,6 +42,10 @@ pub struct Space {
     pub packs_dead_bytes: u64,
     pub condemned: Tally,
     pub staging: Tally,
+    /// Reachable objects by category ("manifests", "segments", "packs",
+    /// "blobs", "chunk lists", "chunks") with their stored (listed) sizes.
+    #[serde(default)]
+    pub reachable: BTreeMap<String, Tally>,
 }
 
 /// One reachable pack that is sparse ([`crate::liveness`]): a fold of the
