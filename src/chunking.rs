@@ -63,6 +63,110 @@ pub fn cut(data: &[u8]) -> usize {
     n
 }
 
+/// Bytes of the window the gear hash covers: after this many bytes the
+/// hash at a position depends on nothing before them.
+const WINDOW: usize = 64;
+
+/// Bytes per piece of a parallel candidate scan.
+const SCAN_PIECE: usize = 1 << 20;
+
+/// A position whose full-window hash passes the easy mask: (index of the
+/// byte, whether it passes the hard mask too).
+type Candidate = (usize, bool);
+
+/// Every position `p >= WINDOW - 1` of `data` whose full-window hash
+/// passes the easy mask, in order, scanned in pieces on the rayon pool.
+fn candidates(data: &[u8]) -> Vec<Candidate> {
+    use rayon::prelude::*;
+    let first = WINDOW - 1;
+    if data.len() <= first {
+        return Vec::new();
+    }
+    let pieces: Vec<usize> = (first..data.len()).step_by(SCAN_PIECE).collect();
+    pieces
+        .par_iter()
+        .map(|&start| scan(data, start, (start + SCAN_PIECE).min(data.len())))
+        .collect::<Vec<_>>()
+        .concat()
+}
+
+/// The candidates in `[start, end)` (`start >= WINDOW - 1`). Two halves
+/// are hashed in one loop: each hash is a chain of dependent steps, and two
+/// chains keep the core busy while either waits.
+fn scan(data: &[u8], start: usize, end: usize) -> Vec<Candidate> {
+    let mid = start + (end - start) / 2;
+    let warm = |at: usize| {
+        data[at + 1 - WINDOW..at]
+            .iter()
+            .fold(0u64, |fp, &b| (fp << 1).wrapping_add(GEAR[b as usize]))
+    };
+    let (mut fa, mut fb) = (warm(start), warm(mid));
+    let (mut ca, mut cb) = (Vec::new(), Vec::new());
+    let (left, right) = (&data[start..mid], &data[mid..end]);
+    for (i, (&a, &b)) in left.iter().zip(right).enumerate() {
+        fa = (fa << 1).wrapping_add(GEAR[a as usize]);
+        fb = (fb << 1).wrapping_add(GEAR[b as usize]);
+        if fa & MASK_EASY == 0 {
+            ca.push((start + i, fa & MASK_HARD == 0));
+        }
+        if fb & MASK_EASY == 0 {
+            cb.push((mid + i, fb & MASK_HARD == 0));
+        }
+    }
+    // The right half is one byte longer when the piece is odd.
+    for (i, &b) in right.iter().enumerate().skip(left.len()) {
+        fb = (fb << 1).wrapping_add(GEAR[b as usize]);
+        if fb & MASK_EASY == 0 {
+            cb.push((mid + i, fb & MASK_HARD == 0));
+        }
+    }
+    ca.extend(cb);
+    ca
+}
+
+/// The length of the chunk starting at `s`, exactly as [`cut`] finds it:
+/// the first `WINDOW - 1` positions hashed (where the hash still covers
+/// fewer bytes than the window) are hashed here, the rest come from
+/// `cands`.
+fn cut_from(data: &[u8], s: usize, cands: &[Candidate]) -> usize {
+    let n = (data.len() - s).min(MAX);
+    if n <= MIN {
+        return n;
+    }
+    let normal = AVG.min(n);
+    let partial = (MIN + WINDOW - 1).min(n);
+    let mut fp: u64 = 0;
+    for i in MIN..partial {
+        fp = (fp << 1).wrapping_add(GEAR[data[s + i] as usize]);
+        let mask = if i < normal { MASK_HARD } else { MASK_EASY };
+        if fp & mask == 0 {
+            return i + 1;
+        }
+    }
+    let from = cands.partition_point(|&(p, _)| p < s + partial);
+    cands[from..]
+        .iter()
+        .take_while(|&&(p, _)| p < s + n)
+        .find(|&&(p, hard)| hard || p - s >= normal)
+        .map_or(n, |&(p, _)| p - s + 1)
+}
+
+/// The lengths of the chunks [`cut`] finds at the front of `data`, with
+/// the scan for cut points spread over every core: every chunk while at
+/// least [`MAX`] bytes remain, and the rest too when `last` (`data` ends
+/// the extent).
+pub fn cut_all(data: &[u8], last: bool) -> Vec<usize> {
+    let cands = candidates(data);
+    let mut out = Vec::new();
+    let mut s = 0;
+    while s < data.len() && (last || data.len() - s >= MAX) {
+        let n = cut_from(data, s, &cands);
+        out.push(n);
+        s += n;
+    }
+    out
+}
+
 /// Cut `data` (a whole extent) into chunk lengths.
 pub fn cuts(mut data: &[u8]) -> Vec<usize> {
     let mut out = Vec::new();
@@ -112,6 +216,29 @@ mod tests {
         assert!(rest.iter().all(|&n| (MIN..=MAX).contains(&n)), "{lens:?}");
         let avg = data.len() / lens.len();
         assert!((AVG / 2..AVG * 2).contains(&avg), "average {avg}");
+    }
+
+    #[test]
+    fn the_parallel_scan_cuts_exactly_where_the_sequential_one_does() {
+        for (len, seed) in [(0, 1), (100, 2), (MIN + 70, 3), (9 << 20, 4), (33 << 20, 5)] {
+            let data = noise(len, seed);
+            assert_eq!(cut_all(&data, true), cuts(&data), "{len} bytes");
+            let complete = cut_all(&data, false);
+            let expected: Vec<usize> = cuts(&data)
+                .into_iter()
+                .scan(0, |at, n| {
+                    let keep = data.len() - *at >= MAX;
+                    *at += n;
+                    Some((n, keep))
+                })
+                .take_while(|&(_, keep)| keep)
+                .map(|(n, _)| n)
+                .collect();
+            assert_eq!(complete, expected, "{len} bytes, complete chunks only");
+        }
+        // Runs of equal bytes: hashes repeat, cuts at the bounds.
+        let zeros = vec![0u8; 10 << 20];
+        assert_eq!(cut_all(&zeros, true), cuts(&zeros));
     }
 
     #[test]

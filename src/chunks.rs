@@ -14,8 +14,9 @@ use crate::format::chunk::{
 };
 use crate::row::{BlobLoc, Row};
 use crate::store::{keys, Store};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 
 /// The verified chunk list of a chunked file's row.
 pub fn list(store: &Store, row: &Row) -> Result<ChunkList> {
@@ -60,18 +61,79 @@ pub fn chunk(store: &Store, digest: &[u8; 32], len: u64) -> Result<Vec<u8>> {
     })
 }
 
-/// Reads byte ranges of one chunked file, keeping the chunk read last
-/// (sequential reads come in pieces smaller than a chunk).
+/// Chunks a reader fetches ahead of the one it reads.
+const AHEAD: usize = 2;
+
+/// One chunk being fetched or fetched: `Some(None)` when the fetch failed
+/// (the reader that needs it fetches it again, for the error).
+#[derive(Default)]
+struct Fetch {
+    done: Mutex<Option<Option<Arc<Vec<u8>>>>>,
+    ready: Condvar,
+}
+
+impl Fetch {
+    /// Record the outcome (the first one stays) and wake the waiters.
+    fn set(&self, outcome: Option<Arc<Vec<u8>>>) {
+        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        if done.is_none() {
+            *done = Some(outcome);
+        }
+        self.ready.notify_all();
+    }
+
+    /// The outcome, once there is one.
+    fn wait(&self) -> Option<Arc<Vec<u8>>> {
+        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        while done.is_none() {
+            done = self
+                .ready
+                .wait(done)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        done.clone().flatten()
+    }
+}
+
+type Slot = Arc<Fetch>;
+
+/// Chunks fetched or being fetched by any reader of this process, by
+/// digest, while some reader's window holds them: concurrent readers of a
+/// file (or of files sharing chunks) fetch each chunk once.
+fn in_flight() -> &'static Mutex<HashMap<[u8; 32], Weak<Fetch>>> {
+    static SHARED: OnceLock<Mutex<HashMap<[u8; 32], Weak<Fetch>>>> = OnceLock::new();
+    SHARED.get_or_init(Default::default)
+}
+
+/// The shared slot of chunk `digest`, and whether it was just made (the
+/// caller must fill it).
+fn shared_slot(digest: &[u8; 32]) -> (Slot, bool) {
+    let mut map = in_flight().lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(slot) = map.get(digest).and_then(Weak::upgrade) {
+        return (slot, false);
+    }
+    if map.len() >= 4096 {
+        map.retain(|_, w| w.strong_count() > 0);
+    }
+    let slot = Slot::default();
+    map.insert(*digest, Arc::downgrade(&slot));
+    (slot, true)
+}
+
+/// Reads byte ranges of one chunked file. It keeps a window of chunks: the
+/// one read last (sequential reads come in pieces smaller than a chunk) and
+/// the next [`AHEAD`] data chunks, fetched and verified on the rayon pool
+/// while the current one is served, so a sequential read uses both cores.
 pub struct ChunkedReader {
     list: ChunkList,
-    last: Mutex<Option<(usize, Arc<Vec<u8>>)>>,
+    window: Mutex<BTreeMap<usize, Slot>>,
 }
 
 impl ChunkedReader {
     pub fn new(list: ChunkList) -> ChunkedReader {
         ChunkedReader {
             list,
-            last: Mutex::new(None),
+            window: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -104,14 +166,64 @@ impl ChunkedReader {
     }
 
     fn extent(&self, store: &Store, i: usize, digest: &[u8; 32], len: u64) -> Result<Arc<Vec<u8>>> {
-        if let Some((j, bytes)) = &*self.last.lock().unwrap_or_else(PoisonError::into_inner) {
-            if *j == i {
+        let (slot, fresh) = self.slot(i, digest);
+        self.fetch_ahead(store, i);
+        if !fresh {
+            if let Some(bytes) = slot.wait() {
                 return Ok(bytes.clone());
             }
         }
-        let bytes = Arc::new(chunk(store, digest, len)?);
-        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some((i, bytes.clone()));
-        Ok(bytes)
+        match chunk(store, digest, len) {
+            Ok(bytes) => {
+                let bytes = Arc::new(bytes);
+                slot.set(Some(bytes.clone()));
+                Ok(bytes)
+            }
+            Err(e) => {
+                slot.set(None);
+                self.lock().remove(&i);
+                Err(e)
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Slot>> {
+        self.window.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The slot of extent `i` (chunk `digest`), and whether it was just
+    /// made (nobody fetches it yet); slots outside `i - 1 ..= i + AHEAD`
+    /// are dropped.
+    fn slot(&self, i: usize, digest: &[u8; 32]) -> (Slot, bool) {
+        let mut window = self.lock();
+        window.retain(|&j, _| j + 1 >= i && j <= i + AHEAD);
+        if let Some(slot) = window.get(&i) {
+            return (slot.clone(), false);
+        }
+        let (slot, fresh) = shared_slot(digest);
+        window.insert(i, slot.clone());
+        (slot, fresh)
+    }
+
+    /// Start fetching the data extents after `i` that are not in the window.
+    fn fetch_ahead(&self, store: &Store, i: usize) {
+        for j in i + 1..=(i + AHEAD).min(self.list.extents.len().saturating_sub(1)) {
+            let Extent::Data { len, digest } = self.list.extents[j] else {
+                continue;
+            };
+            let mut window = self.lock();
+            if window.contains_key(&j) {
+                continue;
+            }
+            let (slot, fresh) = shared_slot(&digest);
+            window.insert(j, slot.clone());
+            drop(window);
+            if !fresh {
+                continue;
+            }
+            let store = store.clone();
+            rayon::spawn(move || slot.set(chunk(&store, &digest, len).ok().map(Arc::new)));
+        }
     }
 }
 
@@ -142,26 +254,24 @@ pub fn copy_to(store: &Store, row: &Row, out: &mut dyn Write) -> Result<()> {
 
 /// Write a chunked file's verified content into `file` at its offsets,
 /// leaving holes unwritten (the file is sized first, so they read as zeros
-/// and take no space where the filesystem supports sparse files).
+/// and take no space where the filesystem supports sparse files). One chunk
+/// at a time on the caller's thread: the mount assembles copies on a
+/// background-priority thread that must not take the cores from readers.
 pub fn write_sparse(
     store: &Store,
     list: &ChunkList,
     file: &std::fs::File,
     path: &str,
 ) -> Result<()> {
-    use rayon::prelude::*;
     use std::os::unix::fs::FileExt;
     file.set_len(list.size)
         .map_err(|e| Error::io("truncate", path, e))?;
-    list.extents
-        .par_iter()
-        .zip(&list.offsets)
-        .try_for_each(|(extent, &offset)| match *extent {
-            Extent::Data { len, digest } => {
-                let bytes = chunk(store, &digest, len)?;
-                file.write_all_at(&bytes, offset)
-                    .map_err(|e| Error::io("write", path, e))
-            }
-            Extent::Hole { .. } => Ok(()),
-        })
+    for (extent, &offset) in list.extents.iter().zip(&list.offsets) {
+        if let Extent::Data { len, digest } = *extent {
+            let bytes = chunk(store, &digest, len)?;
+            file.write_all_at(&bytes, offset)
+                .map_err(|e| Error::io("write", path, e))?;
+        }
+    }
+    Ok(())
 }

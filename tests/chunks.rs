@@ -333,3 +333,105 @@ fn status_shows_space_by_category_and_the_dedup_ratio() {
         "{table}"
     );
 }
+
+#[test]
+fn assembled_copies_stay_within_their_budget_least_recently_opened_first() {
+    let sc = Scratch::new();
+    let files: Vec<(&str, Vec<u8>)> = [("a", 3), ("b", 3), ("c", 3), ("d", 4)]
+        .iter()
+        .enumerate()
+        .map(|(i, (name, mib))| (*name, noise(20 + i as u64, mib * MIB)))
+        .collect();
+    for (name, data) in &files {
+        write(&sc.src, name, data);
+    }
+    sc.commit("s");
+    // 7 MiB: two 3 MiB copies fit, a third evicts one, 4 MiB is over half.
+    let _m = sc.mount_with(&["--assembled-size", "7M"]);
+    let copy = |i: usize| {
+        sc.st
+            .join("assembled")
+            .join(blake3::hash(&files[i].1).to_hex().as_str())
+    };
+    let read = |i: usize| {
+        let got = fs::read(sc.mnt.join("s/latest").join(files[i].0)).unwrap();
+        assert!(got == files[i].1, "{} reads back", files[i].0);
+    };
+    read(0);
+    wait_for("a's copy", || copy(0).exists());
+    read(1);
+    wait_for("b's copy", || copy(1).exists());
+    read(0);
+    read(2);
+    wait_for("c's copy", || copy(2).exists());
+    assert!(copy(0).exists(), "a was opened after b");
+    assert!(!copy(1).exists(), "b was the least recently opened");
+    read(3);
+    read(2);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        !copy(3).exists(),
+        "a file over half the budget is never copied"
+    );
+    assert_eq!(files_under(&sc.st.join("assembled")).len(), 2);
+}
+
+/// Chunk files of the store with their modification times.
+fn chunk_stamps(st: &Path) -> Vec<(std::path::PathBuf, i64, i64)> {
+    let mut out: Vec<_> = files_under(&st.join("chunks"))
+        .into_iter()
+        .map(|f| {
+            let md = fs::metadata(&f).unwrap();
+            (f, md.mtime(), md.mtime_nsec())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn scoped_commits_store_only_changed_chunks_and_folds_never_rewrite_chunks() {
+    let sc = Scratch::new();
+    let mut data = noise(30, 8 * MIB);
+    write(&sc.src, "a/big.bin", &data);
+    write(&sc.src, "b/other.txt", b"outside the scope\n");
+    sc.commit("s");
+    let src = sc.src.to_str().unwrap().to_string();
+    let mut edit = |seed: u64, at: usize| {
+        data[at..at + (64 << 10)].copy_from_slice(&noise(seed, 64 << 10));
+        write(&sc.src, "a/big.bin", &data);
+        chunk_bytes(&sc.st)
+    };
+    let before = edit(31, 2 * MIB);
+    ok(&strata(
+        &sc.st,
+        &["commit", "--set", "s", "--prefix", "a", &src],
+    ));
+    let grew = chunk_bytes(&sc.st) - before;
+    assert!(grew < 3 * MIB as u64, "--prefix stored {grew} bytes");
+    let before = edit(32, 6 * MIB);
+    let list = sc.path().join("paths");
+    fs::write(&list, "a/big.bin\n").unwrap();
+    ok(&strata(
+        &sc.st,
+        &[
+            "commit",
+            "--set",
+            "s",
+            "--paths-from",
+            list.to_str().unwrap(),
+            &src,
+        ],
+    ));
+    let grew = chunk_bytes(&sc.st) - before;
+    assert!(grew < 3 * MIB as u64, "--paths-from stored {grew} bytes");
+    assert_eq!(cat_gen(&sc.st, "3", "a/big.bin"), data);
+    let stamps = chunk_stamps(&sc.st);
+    ok(&strata(
+        &sc.st,
+        &["materialize", "--set", "s", "--in-process", "--wait"],
+    ));
+    assert_eq!(chunk_stamps(&sc.st), stamps, "a fold writes no chunk");
+    assert_eq!(cat_gen(&sc.st, "3", "a/big.bin"), data);
+    ok(&strata(&sc.st, &["verify", "--all"]));
+}

@@ -11,6 +11,9 @@
 #   scripts/bench/largefiles.sh [WORKDIR]   (default: target/bench-large)
 #   SCALE=N divides every file size (default 1; SCALE=16 is a quick run).
 #   STRATA_BIN_DIR=DIR uses the strata binaries in DIR and skips the build.
+#   BEFORE_BIN_DIR=DIR adds rows for an earlier build's strata to sections 2
+#   and 4 (the same steps, a store of its own), side by side in the run.
+#   SECTIONS="1 2 3 4 5 6" runs only the sections listed.
 # At SCALE=1 it needs ~36 GiB of disk (section 6; the others delete their data).
 # "Random" content: a 64 MiB os.urandom block repeated, with an 8-byte counter
 # every 64 KiB (below both tools' smallest chunk), so nothing deduplicates.
@@ -35,6 +38,9 @@ trap cleanup EXIT
 cleanup
 rm -rf "$WORK" && mkdir -p "$WORK"
 RESULTS="$WORK/largefiles-results.md"
+SECTIONS="${SECTIONS:-1 2 3 4 5 6}"
+want() { case " $SECTIONS " in *" $1 "*) return 0;; esac; return 1; }
+BEFORE="${BEFORE_BIN_DIR:+$BEFORE_BIN_DIR/strata}"
 
 # run CMD... : sets SECS (wall, ms resolution) and RSS (peak MiB, GNU time)
 run() {
@@ -79,6 +85,7 @@ out '# large-file benchmark, %s, %s cores, %s MiB RAM, kernel %s, SCALE=%s\n' \
 out 'strata: %s; %s\n' "$BIN" "$(restic version | cut -d' ' -f1-2)"
 
 # 1. small edits to a 256 MiB file
+if want 1; then
 D="$WORK/s1"; setup "$D"; F="$D/tree/big.bin"; mkdir -p "$D/tree"
 echo "1. edits to a $(mib "$(SZ 256)") MiB file..." >&2
 genrand "$F" "$(SZ 256)"
@@ -100,8 +107,10 @@ out '| tool | size after first commit MiB | growth over 4 edit commits MiB |\n|-
 out '| strata | %s | %s |\n| restic | %s | %s |\n' "$(mib "$s0")" "$(mib "$s1")" "$(mib "$r0")" "$(mib "$r1")"
 out '| strata / restic | %s | %s |\n' "$(div "$s0" "$r0")" "$(div "$s1" "$r1")"
 rm -rf "$D"
+fi
 
 # 2. mixed tree
+if want 2; then
 D="$WORK/s2"; setup "$D"; T="$D/tree"
 echo "2. generating the mixed tree..." >&2
 python3 - "$T" "$SCALE" <<'PY'
@@ -134,13 +143,21 @@ out '\n### 2. mixed tree: %s files, %s MiB (30k text files 1-64 KiB, six 2-8 MiB
 out '| tool | seconds | peak RSS MiB | size MiB | size / source |\n|---|---|---|---|---|\n| source (du -sb) | - | - | %s | 1.00 |\n' "$(mib "$src")"
 run "$STRATA" --store "$D/store" commit --set b "$T"; n=$(size "$D/store")
 out '| strata store | %s | %s | %s | %s |\n' "$SECS" "$RSS" "$(mib "$n")" "$(div "$n" "$src")"
+if [ -n "$BEFORE" ]; then
+    "$BEFORE" --store "$D/before" init >/dev/null
+    run "$BEFORE" --store "$D/before" commit --set b "$T"; n=$(size "$D/before")
+    out '| strata before (%s) | %s | %s | %s | %s |\n' "$BEFORE_BIN_DIR" "$SECS" "$RSS" "$(mib "$n")" "$(div "$n" "$src")"
+    rm -rf "$D/before"
+fi
 run restic --repo "$D/restic" backup -q "$T"; n=$(size "$D/restic")
 out '| restic repo | %s | %s | %s | %s |\n' "$SECS" "$RSS" "$(mib "$n")" "$(div "$n" "$src")"
 run mksquashfs "$T" "$D/tree.sqfs" -comp zstd -no-progress -quiet; n=$(size "$D/tree.sqfs")
 out '| mksquashfs -comp zstd | %s | %s | %s | %s |\n' "$SECS" "$RSS" "$(mib "$n")" "$(div "$n" "$src")"
 rm -rf "$D"
+fi
 
 # 3. sparse file
+if want 3; then
 D="$WORK/s3"; setup "$D"; F="$D/tree/sparse.bin"; mkdir -p "$D/tree"
 n=$(SZ 1024); echo "3. sparse file of $(mib "$n") MiB..." >&2
 truncate -s "$n" "$F"
@@ -166,8 +183,10 @@ out '| native | %s | %s | - |\n' "$(stat -c %b "$F")" "$(seekdata "$F")"
 out '| strata mount | %s | %s | %s |\n' "$(stat -c %b "$M" 2>&1)" "$(seekdata "$M")" "$(printf '%s' "$c" | tr '|\n' '/ ')"
 S "$D" unmount "$D/mnt" >/dev/null
 rm -rf "$D"
+fi
 
 # 4. commit throughput on four 1 GiB files
+if want 4; then
 D="$WORK/s4"; setup "$D"; T="$D/tree"; mkdir -p "$T"
 echo "4. writing 4 x $(mib "$(SZ 1024)") MiB..." >&2
 for i in 0 1 2 3; do genrand "$T/f$i.bin" "$(SZ 1024)"; done
@@ -175,34 +194,52 @@ n=$(size "$T")
 out '\n### 4. commit throughput: 4 random files, %s MiB in all (page cache warm)\n\n' "$(mib "$n")"
 out '| step | seconds | MB/s | peak RSS MiB |\n|---|---|---|---|\n'
 run "$STRATA" --store "$D/store" commit --set b "$T"; out '| strata commit (first) | %s | %s | %s |\n' "$SECS" "$(mbs "$n" "$SECS")" "$RSS"
+if [ -n "$BEFORE" ]; then
+    "$BEFORE" --store "$D/before" init >/dev/null
+    run "$BEFORE" --store "$D/before" commit --set b "$T"; out '| strata before (first) | %s | %s | %s |\n' "$SECS" "$(mbs "$n" "$SECS")" "$RSS"
+fi
 run restic --repo "$D/restic" backup -q "$T"; out '| restic backup (first) | %s | %s | %s |\n' "$SECS" "$(mbs "$n" "$SECS")" "$RSS"
 dd if=/dev/urandom of="$T/f1.bin" bs=65536 count=1 seek=$(( $(SZ 1024) / 65536 / 3 )) conv=notrunc status=none
 catf "$T/f1.bin"; run bash -c 'catf "$1"' _ "$T/f1.bin"
 out '| floor: cat of the edited file (warm) | %s | %s | %s |\n' "$SECS" "$(mbs "$(SZ 1024)" "$SECS")" "$RSS"
 run "$STRATA" --store "$D/store" commit --set b "$T"; out '| strata commit (64 KiB edited) | %s | - | %s |\n' "$SECS" "$RSS"
+if [ -n "$BEFORE" ]; then
+    run "$BEFORE" --store "$D/before" commit --set b "$T"; out '| strata before (64 KiB edited) | %s | - | %s |\n' "$SECS" "$RSS"
+fi
 run restic --repo "$D/restic" backup -q "$T"; out '| restic backup (64 KiB edited) | %s | - | %s |\n' "$SECS" "$RSS"
 rm -rf "$D"
+fi
 
 # 5. cold and warm cat through the mount
+if want 5; then
 D="$WORK/s5"; setup "$D"; F="$D/tree/f.bin"; mkdir -p "$D/tree"
 n=$(SZ 512); echo "5. cat of $(mib "$n") MiB..." >&2
 genrand "$F" "$n"; S "$D" commit --set b "$D/tree" >/dev/null
 M="$D/mnt/b/latest/f.bin"
-out '\n### 5. cat of a %s MiB random file\n\n| run | seconds | MB/s | x native |\n|---|---|---|---|\n' "$(mib "$n")"
-row() { run bash -c 'catf "$1"' _ "$2"; out '| %s | %s | %s | %s |\n' "$1" "$SECS" "$(mbs "$n" "$SECS")" "$(div "$SECS" "${3:-$SECS}")"; }
-cold; row "native, cold" "$F"; NC=$SECS
-row "native, warm" "$F"; NW=$SECS
-S "$D" mount "$D/mnt" >/dev/null
-cold; row "strata, first open, cold (fresh mount)" "$M" "$NC"
-row "strata, warm" "$M" "$NW"
-cold; row "strata, later open, cold" "$M" "$NC"
-S "$D" unmount "$D/mnt" >/dev/null; S "$D" mount "$D/mnt" >/dev/null
-cold; row "strata, cold after unmount + remount" "$M" "$NC"
-S "$D" unmount "$D/mnt" >/dev/null
+out '\n### 5. cat of a %s MiB random file, 3 rounds (each strata row against the native run of its round)\n\n| round | run | seconds | MB/s | x native |\n|---|---|---|---|---|\n' "$(mib "$n")"
+row() { run bash -c 'catf "$1"' _ "$3"; out '| %s | %s | %s | %s | %s |\n' "$1" "$2" "$SECS" "$(mbs "$n" "$SECS")" "$(div "$SECS" "${4:-$SECS}")"; }
+for r in 1 2 3; do
+    rm -rf "$D/store/assembled"
+    cold; row "$r" "native, cold" "$F"; NC=$SECS
+    row "$r" "native, warm" "$F"; NW=$SECS
+    S "$D" mount "$D/mnt" >/dev/null
+    cold; row "$r" "strata, first open, cold (fresh mount, no copy)" "$M" "$NC"
+    row "$r" "strata, warm, right after (FUSE page cache, copy being made)" "$M" "$NW"
+    # Later opens are served by passthrough of the assembled copy, once made.
+    for _ in $(seq 600); do
+        ls "$D/store/assembled" 2>/dev/null | grep -qv '^\.' && break; sleep 0.1
+    done
+    row "$r" "strata, warm, passthrough of the copy" "$M" "$NW"
+    cold; row "$r" "strata, later open, cold (passthrough)" "$M" "$NC"
+    S "$D" unmount "$D/mnt" >/dev/null; S "$D" mount "$D/mnt" >/dev/null
+    cold; row "$r" "strata, cold after remount (copy hashed at first open)" "$M" "$NC"
+    S "$D" unmount "$D/mnt" >/dev/null
+done
 rm -rf "$D"
+fi
 
 # 6. peak commit RSS with a 16 GiB file
-if [ "${SKIP_16G:-0}" != 1 ]; then
+if want 6 && [ "${SKIP_16G:-0}" != 1 ]; then
     D="$WORK/s6"; setup "$D"; F="$D/tree/huge.bin"; mkdir -p "$D/tree"
     n=$(SZ 16384); echo "6. writing $(mib "$n") MiB..." >&2
     genrand "$F" "$n"

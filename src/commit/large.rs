@@ -155,10 +155,14 @@ fn read_extent(
         if n < want {
             return Ok(false);
         }
-        whole.update_rayon(&pending[old..]);
         at += want as u64;
-        let cut = chunks.take(&pending, at == end, extents)?;
-        pending.drain(..cut);
+        // The whole digest and the chunks (cut, hashed, stored) at once.
+        let block = &pending[old..];
+        let (_, cut) = rayon::join(
+            || whole.update_rayon(block),
+            || chunks.take(&pending, at == end, extents),
+        );
+        pending.drain(..cut?);
     }
     Ok(true)
 }
@@ -183,8 +187,7 @@ impl Chunks<'_> {
     fn take(&mut self, data: &[u8], last: bool, extents: &mut Vec<Extent>) -> Result<usize> {
         let mut spans = Vec::new();
         let mut off = 0;
-        while off < data.len() && (last || data.len() - off >= chunking::MAX) {
-            let n = chunking::cut(&data[off..]);
+        for n in chunking::cut_all(data, last) {
             spans.push(&data[off..off + n]);
             off += n;
         }

@@ -96,6 +96,8 @@ impl Assembled {
         std::thread::Builder::new()
             .name("strata-assemble".into())
             .spawn(move || {
+                // A cache: it must not take the cores or the disk from readers.
+                crate::os::yield_cpu();
                 for (store, digest, list) in jobs {
                     let Some(me) = worker.upgrade() else { return };
                     me.assemble(&store, digest, &list);
