@@ -67,6 +67,13 @@ pub enum Error {
     MissingObject { key: String },
     #[error("conflict: {0}")]
     Conflict(String),
+    /// Work stopped at a cancellation checkpoint (daemon shutdown); what
+    /// it had done is recorded and a later attempt resumes it.
+    #[error("cancelled: {0}")]
+    Cancelled(String),
+    /// A bounded wait ran out before the awaited work ended.
+    #[error("gave up waiting after {waited_ms} ms: {what}")]
+    WaitTimeout { what: String, waited_ms: u64 },
     #[error("set is being written by another commit (use --wait to queue): set=`{set}` holder=`{holder}`")]
     Busy { set: String, holder: String },
     #[error("{} path(s) could not be read; nothing was published (use --skip-unreadable to record and skip them):\n  {}", .0.len(), .0.join("\n  "))]
@@ -125,7 +132,11 @@ impl Error {
             Error::TooLarge { .. } | Error::Invalid(_) | Error::NewerFormat { .. } => {
                 ErrorKind::InvalidInput
             }
-            Error::Conflict(_) | Error::Busy { .. } | Error::Fenced { .. } => ErrorKind::Conflict,
+            Error::Conflict(_)
+            | Error::Busy { .. }
+            | Error::Fenced { .. }
+            | Error::Cancelled(_)
+            | Error::WaitTimeout { .. } => ErrorKind::Conflict,
             Error::Internal { .. } => ErrorKind::Internal,
             Error::RootUnreadable { source, .. } => source.kind(),
         }

@@ -211,6 +211,25 @@ impl GenIndex {
         Ok(next)
     }
 
+    /// Withdraw the PREPARED representation task `owner` added to
+    /// `generation`: the next record without it, so nothing (retention, a
+    /// sweep root) counts it again. `None` when there is none of `owner`'s
+    /// (already withdrawn, committed, or the generation is gone).
+    pub fn withdraw_rep(&self, generation: u64, owner: &str) -> Result<Option<IndexRecord>> {
+        let Some(current) = self.newest(generation)? else {
+            return Ok(None);
+        };
+        if !holds_prepared_rep_of(&current, owner) {
+            return Ok(None);
+        }
+        let mut next = current;
+        next.record += 1;
+        next.written_ns = crate::token::now_ns();
+        next.representations.retain(|r| r.state != State::Prepared);
+        self.create(&next)?;
+        Ok(Some(next))
+    }
+
     /// Retire `current` (the newest record of a COMMITTED generation that is
     /// not latest): the next record, RETIRED with every representation. It
     /// is never selected again; pins taken earlier still hold what they read.
@@ -345,6 +364,16 @@ fn invariant_rep_prepared_by_us(
         "prepared representation was superseded before commit: set=`{}` generation={}",
         prepared.set, prepared.generation
     )))
+}
+
+/// Which record a withdrawal may follow: one whose PREPARED representation
+/// was added by `owner` (a task id) and is still there.
+pub fn holds_prepared_rep_of(current: &IndexRecord, owner: &str) -> bool {
+    current.owner == owner
+        && current
+            .representations
+            .iter()
+            .any(|r| r.state == State::Prepared)
 }
 
 /// Protects `latest` and concurrent record changes from retention: only the

@@ -45,6 +45,8 @@ pub struct StoreStatus {
     pub held_pins: usize,
     /// Every pin marker, held or not.
     pub pins: usize,
+    /// Task records that do not parse (`strata tasks --quarantine`).
+    pub corrupt_tasks: Vec<crate::task::CorruptTask>,
 }
 
 /// The figures of every set of the store.
@@ -54,12 +56,13 @@ pub fn status(store: &Store) -> Result<StoreStatus> {
     let sets = store
         .sets()?
         .iter()
-        .map(|s| set_status(store, s, &pins, &tasks))
+        .map(|s| set_status(store, s, &pins, &tasks.tasks))
         .collect::<Result<Vec<_>>>()?;
     Ok(StoreStatus {
         sets,
         held_pins: pins.iter().filter(|p| p.state == PinState::Held).count(),
         pins: pins.len(),
+        corrupt_tasks: tasks.corrupt,
     })
 }
 

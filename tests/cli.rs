@@ -879,12 +879,17 @@ fn a_full_disk_is_refused_or_fails_cleanly() {
     }
     assert_eq!(latest(&st, "s"), 2);
     verify_clean(&st);
-    // A materialization is admitted before it claims its task.
+    // A materialization is admitted before it claims its task; the refusal
+    // is recorded in the task (a backoff, no attempt counted).
     ok(&strata(&st, &["budget", "--max-store", "1K"]));
     let fold = strata(&st, &["materialize", "--set", "s", "--in-process"]);
     assert_eq!(fold.status.code(), Some(5), "{fold:?}");
     assert!(String::from_utf8_lossy(&fold.stderr).contains("storage gap"));
-    assert!(ok(&strata(&st, &["tasks"])).contains("PLANNED"));
+    let tasks = ok(&strata(&st, &["tasks"]));
+    assert!(
+        tasks.contains("RETRY_WAIT") && tasks.contains("storage gap"),
+        "{tasks}"
+    );
     ok(&strata(&st, &["budget", "--max-store", "none"]));
     ok(&strata(
         &st,

@@ -59,8 +59,9 @@ fn seed_store() -> &'static Path {
         let fold = strata::materialize::MaterializeOptions {
             set: "s".into(),
             generation: None,
-            wait: false,
+            wait: None,
             plan_only: false,
+            cancel: Default::default(),
         };
         strata::materialize::materialize(&store, &fold).unwrap();
         strata::tag::tag(&store, "s", "v1", Some(1)).unwrap();

@@ -298,3 +298,252 @@ fn mostly_dead_packs_are_rewritten_and_dropped_from_the_new_base() {
     assert_eq!(snapshot_dir(&src), before);
     verify_all(&st);
 }
+
+/// Generation 2's newest index record has no PREPARED representation.
+fn no_prepared_rep(st: &Path, generation: u64) -> bool {
+    let store = strata::Store::open_local(st).unwrap();
+    let r = strata::index::GenIndex::new(&store, "s")
+        .load(generation)
+        .unwrap();
+    r.representations
+        .iter()
+        .all(|x| x.state != strata::format::record::State::Prepared)
+}
+
+/// Run one recovery scan; its JSON report.
+fn recover(st: &Path) -> serde_json::Value {
+    let o = strata(st, &["tasks", "--recover", "--json"]);
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
+}
+
+fn gen_dir_exists(st: &Path, manifest: &str) -> bool {
+    st.join(strata::store::keys::manifest(manifest)).exists()
+}
+
+/// The reproduction at every step: a kill leaves a task behind,
+/// the generation is superseded; one recovery scan ends every task, then
+/// retention retires the generation and sweeps reclaim its delta.
+#[test]
+fn after_a_kill_at_every_step_a_scan_ends_the_task_and_retention_retires_the_generation() {
+    for step in Step::MATERIALIZE {
+        let t = tempfile::tempdir().unwrap();
+        let (src, st) = delta_store(t.path());
+        let store = strata::Store::open_local(&st).unwrap();
+        let delta = GenView::open(&store, "s", Some(2), "t")
+            .unwrap()
+            .top()
+            .manifest_name
+            .clone();
+        let spec = format!("{}=kill", step.name());
+        let o = strata_failing(&st, &["materialize", "--set", "s", "--in-process"], &spec);
+        assert_eq!(o.status.signal(), Some(9), "killed at {step}");
+        write(&src, "d0/f0", b"generation 3");
+        settle();
+        commit_dir(&store, "s", &src);
+        let report = recover(&st);
+        assert_eq!(report["scanned"], 1, "{step}: {report}");
+        let state = report["tasks"][0]["state"].as_str().unwrap();
+        assert_eq!(state, "PUBLISHED", "{step}: {report}");
+        assert!(no_prepared_rep(&st, 2), "{step}");
+        // A second scan compacts the final task: nothing is left under tasks/.
+        let again = recover(&st);
+        assert_eq!(again["tasks"][0]["action"], "compacted", "{step}: {again}");
+        assert_eq!(recover(&st)["scanned"], 0, "{step}");
+        assert_eq!(fs::read_dir(st.join("tasks")).unwrap().count(), 0, "{step}");
+        let all: serde_json::Value =
+            serde_json::from_str(&ok(&strata(&st, &["tasks", "--all", "--json"]))).unwrap();
+        assert_eq!(all[0]["state"], "PUBLISHED", "{step}: {all}");
+        let kept = ok(&strata(&st, &["retain", "--set", "s", "--keep-last", "1"]));
+        assert!(
+            kept.contains("kept: 3") && !kept.contains("kept: 2"),
+            "{step}: {kept}"
+        );
+        for _ in 0..2 {
+            ok(&strata(&st, &["sweep", "--grace", "0s"]));
+        }
+        assert!(
+            !gen_dir_exists(&st, &delta),
+            "{step}: the old delta is reclaimed"
+        );
+        assert_eq!(staging_entries(&st), 0, "{step}");
+        verify_all(&st);
+    }
+}
+
+/// Attempt `n` of a task failing after its PREPARED representation.
+fn fail_after_prepared(st: &Path) -> std::process::Output {
+    strata_failing(
+        st,
+        &["materialize", "--set", "s", "--wait=30s", "--json"],
+        "rep-prepared=eio",
+    )
+}
+
+#[test]
+fn a_fifth_failure_after_rep_prepared_withdraws_the_representation() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st) = delta_store(t.path());
+    for attempt in 1..=strata::task::MAX_ATTEMPTS {
+        let o = fail_after_prepared(&st);
+        let task = task_json(&st);
+        assert_eq!(task["attempt"], attempt, "{o:?}");
+        if attempt < strata::task::MAX_ATTEMPTS {
+            assert_eq!(o.status.code(), Some(5), "{o:?}");
+            assert_eq!(task["state"], "RETRY_WAIT");
+            assert!(!no_prepared_rep(&st, 2), "PREPARED until the task ends");
+        }
+    }
+    let task = task_json(&st);
+    assert_eq!(task["state"], "FAILED", "{task}");
+    assert!(task["last_error"].as_str().unwrap().contains("failpoint"));
+    assert!(
+        no_prepared_rep(&st, 2),
+        "a failed task leaves no PREPARED representation"
+    );
+    assert_eq!(representation(&st, 2), RepKind::Delta);
+    let plan = ok(&strata(
+        &st,
+        &["retain", "--set", "s", "--keep-last", "1", "--dry-run"],
+    ));
+    assert!(!plan.contains("materializing"), "{plan}");
+    verify_all(&st);
+}
+
+#[test]
+fn cancelling_a_task_waiting_after_rep_prepared_withdraws_the_representation() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st) = delta_store(t.path());
+    let o = fail_after_prepared(&st);
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    let task = task_json(&st);
+    assert_eq!(task["state"], "RETRY_WAIT");
+    assert!(!no_prepared_rep(&st, 2));
+    ok(&strata(
+        &st,
+        &["tasks", "--cancel", task["id"].as_str().unwrap()],
+    ));
+    assert_eq!(task_json(&st)["state"], "CANCELLED");
+    assert!(no_prepared_rep(&st, 2));
+    assert_eq!(representation(&st, 2), RepKind::Delta);
+    verify_all(&st);
+}
+
+#[test]
+fn a_bounded_wait_ends_with_exit_4_and_the_admission_refusal_is_recorded() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st) = delta_store(t.path());
+    let o = strata_failing(&st, &["materialize", "--set", "s"], "folded=eio");
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    // Within the retry delay (500 ms), a 1 ms wait runs out.
+    let o = strata(&st, &["materialize", "--set", "s", "--wait=1ms"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("gave up waiting"), "{err}");
+    // A store size limit below what the fold writes: refused before the
+    // claim, recorded with a backoff (no new attempt is counted).
+    let before = task_json(&st)["record"].as_u64().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    ok(&strata(&st, &["budget", "--max-store", "1K"]));
+    let o = strata(&st, &["materialize", "--set", "s"]);
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    let task = task_json(&st);
+    assert_eq!(task["state"], "RETRY_WAIT", "{task}");
+    assert_eq!(task["attempt"], 1, "{task}");
+    assert_eq!(task["record"].as_u64().unwrap(), before + 1, "{task}");
+    assert!(
+        task["last_error"].as_str().unwrap().contains("storage gap"),
+        "{task}"
+    );
+    assert!(task["retry_at_ns"].as_i64().unwrap() > task["written_ns"].as_i64().unwrap());
+}
+
+#[test]
+fn a_corrupt_task_record_is_reported_holds_back_only_its_sources_and_is_quarantined() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = delta_store(t.path());
+    let store = strata::Store::open_local(&st).unwrap();
+    let delta = GenView::open(&store, "s", Some(2), "t")
+        .unwrap()
+        .top()
+        .manifest_name
+        .clone();
+    ok(&strata(&st, &["materialize", "--set", "s", "--plan"]));
+    let id = task_json(&st)["id"].as_str().unwrap().to_string();
+    let bad = st.join(strata::store::keys::task_record(&id, 2));
+    fs::write(&bad, b"{ not a task record").unwrap();
+    write(&src, "d0/f0", b"generation 3");
+    settle();
+    commit_dir(&store, "s", &src);
+    ok(&strata(&st, &["retain", "--set", "s", "--keep-last", "1"]));
+    let listed = strata(&st, &["tasks"]);
+    let err = String::from_utf8_lossy(&listed.stderr);
+    assert!(
+        err.contains("corrupt task record") && err.contains("000002.json"),
+        "{err}"
+    );
+    let status = ok(&strata(&st, &["status"]));
+    assert!(status.contains("corrupt task record"), "{status}");
+    for _ in 0..2 {
+        let out = ok(&strata(&st, &["sweep", "--grace", "0s"]));
+        assert!(
+            out.contains("000002.json"),
+            "the sweep says what it holds back: {out}"
+        );
+    }
+    assert!(gen_dir_exists(&st, &delta), "held back: the task's source");
+    let q = ok(&strata(&st, &["tasks", "--quarantine", &id]));
+    assert!(q.contains("2 record(s) moved"), "{q}");
+    assert!(st
+        .join(format!("tasks-quarantine/{id}/000002.json"))
+        .exists());
+    assert!(String::from_utf8_lossy(&strata(&st, &["tasks"]).stderr).is_empty());
+    for _ in 0..2 {
+        let out = ok(&strata(&st, &["sweep", "--grace", "0s"]));
+        assert!(!out.contains("000002.json"), "{out}");
+    }
+    assert!(!gen_dir_exists(&st, &delta), "reclaimed once quarantined");
+    verify_all(&st);
+}
+
+#[test]
+fn a_readable_task_is_not_quarantined() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st) = delta_store(t.path());
+    ok(&strata(&st, &["materialize", "--set", "s", "--plan"]));
+    let id = task_json(&st)["id"].as_str().unwrap().to_string();
+    let o = strata(&st, &["tasks", "--quarantine", &id]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+}
+
+#[test]
+fn compacted_records_go_after_their_keep_period_and_a_resurrection_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let (_src, st) = delta_store(t.path());
+    ok(&strata(&st, &["materialize", "--set", "s"]));
+    recover(&st);
+    let store = strata::Store::open_local(&st).unwrap();
+    let tasks = strata::task::Tasks::new(&store);
+    let done = tasks.compacted().unwrap();
+    assert_eq!(done.len(), 1);
+    assert!(tasks.list().unwrap().tasks.is_empty());
+    // A writer that read an older record while the chain was deleted.
+    let mut stale = done[0].clone();
+    stale.record = 1;
+    stale.state = strata::task::TaskState::Planned;
+    let e = tasks.put(&stale).unwrap_err();
+    assert_eq!(e.kind(), strata::ErrorKind::Conflict, "{e}");
+    assert!(tasks.list().unwrap().tasks.is_empty(), "taken back");
+    let now = strata::token::now_ns();
+    assert_eq!(
+        tasks.remove_expired(strata::task::DONE_KEEP, now).unwrap(),
+        0
+    );
+    assert_eq!(
+        tasks
+            .remove_expired(std::time::Duration::ZERO, now + 1)
+            .unwrap(),
+        1
+    );
+    assert!(tasks.compacted().unwrap().is_empty());
+}

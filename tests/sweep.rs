@@ -336,8 +336,9 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
                 let opts = strata::materialize::MaterializeOptions {
                     set: "s".into(),
                     generation: None,
-                    wait: false,
+                    wait: None,
                     plan_only: false,
+                    cancel: Default::default(),
                 };
                 // Losing a race (conflict, busy, a generation retired under
                 // it) is expected; only the data check below decides.

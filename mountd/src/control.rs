@@ -28,6 +28,7 @@ use strata::control::protocol::{
     Command, ErrorKind, Failure, MetricsText, Response, SetLatest, Status, Unmounted,
     MAX_REQUEST_BYTES,
 };
+use strata::materialize::MAX_WAIT;
 /// Connections served at once; more are told `busy` and closed.
 const MAX_CONNECTIONS: usize = 16;
 /// A client that sends nothing for this long is disconnected.
@@ -215,7 +216,11 @@ fn answer(line: &[u8], ctx: &Context) -> Response {
             set,
             generation,
             wait,
-        } => materialize(ctx, &set, generation, wait),
+            wait_ms,
+        } => {
+            let bound = wait.then(|| wait_ms.map_or(MAX_WAIT, Duration::from_millis));
+            materialize(ctx, &set, generation, bound)
+        }
         Command::Tasks => tasks(ctx),
         Command::Metrics => to_value(MetricsText {
             text: crate::metrics::render(ctx, rss_bytes()),
@@ -312,7 +317,12 @@ fn refresh(ctx: &Context) -> Answer {
 }
 
 /// `set` is a valid set name (checked by the parser).
-fn materialize(ctx: &Context, set: &str, generation: Option<u64>, wait: bool) -> Answer {
+fn materialize(
+    ctx: &Context,
+    set: &str,
+    generation: Option<u64>,
+    wait: Option<Duration>,
+) -> Answer {
     let outcome = ctx
         .materializer
         .materialize(set, generation, wait)
@@ -333,7 +343,7 @@ fn tasks(ctx: &Context) -> Answer {
     let all = strata::task::Tasks::new(ctx.gens.store())
         .list()
         .map_err(|e| internal(&e))?;
-    to_value(all)
+    to_value(all.tasks)
 }
 
 fn unmount(ctx: &Context) -> Answer {

@@ -80,6 +80,10 @@ struct Args {
     /// (raise it for a remote store to save requests)
     #[arg(long, default_value_t = 500)]
     poll_ms: u64,
+    /// Run the task recovery scanner (every task of every set to a final
+    /// state, final ones compacted) at start and every this many seconds
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    task_scan_s: u64,
     /// Sweep the store every this many seconds (0: only on request)
     #[arg(long, default_value_t = 3600)]
     sweep_every_s: u64,
@@ -137,7 +141,9 @@ fn run(args: Args) -> Result<(), DaemonError> {
     let location = args.store.location().map_err(DaemonError::Store)?;
     let root = location.local_dir().to_path_buf();
     let storage = location.open().map_err(DaemonError::Store)?;
-    let store = Store::open(storage).map_err(DaemonError::Store)?;
+    let store = Store::open(storage)
+        .and_then(|s| Ok(s.with_failpoints(failpoints()?)))
+        .map_err(DaemonError::Store)?;
     for s in &args.set {
         strata::store::check_set_name(s).map_err(|source| DaemonError::SetName {
             set: s.clone(),
@@ -237,13 +243,14 @@ fn run(args: Args) -> Result<(), DaemonError> {
     if let Ok(Some(m)) = strata::mounttab::find(&mountpoint) {
         let _ = connection.set(m.minor);
     }
-    spawn_signal_waiter(mountpoint.clone());
+    spawn_signal_waiter(mountpoint.clone(), materializer.clone());
     let (stop, refresher) = spawn_refresher(
         gens.clone(),
         args.set,
         session.notifier(),
         materializer.clone(),
         Duration::from_millis(args.poll_ms.max(10)),
+        Duration::from_secs(args.task_scan_s),
     );
     let sweeps = (args.sweep_every_s > 0)
         .then(|| sweeper::spawn(last_sweep, Duration::from_secs(args.sweep_every_s)))
@@ -278,6 +285,15 @@ fn run(args: Args) -> Result<(), DaemonError> {
     Ok(())
 }
 
+/// Durability-step failpoints from `STRATA_FAILPOINTS` (tests only; see
+/// `strata::failpoint`), as the CLI reads them.
+fn failpoints() -> strata::Result<strata::failpoint::FailPoints> {
+    match std::env::var("STRATA_FAILPOINTS") {
+        Ok(spec) => strata::failpoint::FailPoints::parse(&spec),
+        Err(_) => Ok(strata::failpoint::FailPoints::none()),
+    }
+}
+
 fn stop_signals() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data initialised by sigemptyset before use.
     unsafe {
@@ -296,13 +312,14 @@ fn block_stop_signals() {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
-fn spawn_signal_waiter(mountpoint: PathBuf) {
+fn spawn_signal_waiter(mountpoint: PathBuf, materializer: Arc<worker::Materializer>) {
     std::thread::spawn(move || {
         let set = stop_signals();
         let mut sig = 0;
         // SAFETY: waiting on an initialised set of signals blocked in this thread.
         unsafe { libc::sigwait(&set, &mut sig) };
         info!("signal {sig}: detaching; open files are served until closed");
+        materializer.cancel();
         notify::notify("STOPPING=1");
         detach(&mountpoint);
     });
@@ -397,20 +414,27 @@ fn follow_held(gens: &gen::Gens, notifier: &Notifier) {
 /// When a set's latest moves, the kernel's cached `latest` symlink is
 /// invalidated (symlink targets are cached, so reads through `latest` do not
 /// pay a readlink round trip per path resolution). Each latest generation is
-/// offered to the materialization policy.
+/// offered to the materialization policy. A task recovery scan is queued
+/// at start and every `scan_every`.
 fn spawn_refresher(
     gens: Arc<gen::Gens>,
     only: Vec<String>,
     notifier: Notifier,
     materializer: Arc<worker::Materializer>,
     every: Duration,
+    scan_every: Duration,
 ) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let (stop, stopped) = mpsc::channel::<()>();
     let handle = std::thread::spawn(move || {
         // Per set: the latest generation and the manifest it reads.
         let mut seen: HashMap<String, (u64, String)> = HashMap::new();
         let mut cycle = 0u64;
+        let mut scanned: Option<std::time::Instant> = None;
         loop {
+            if scanned.is_none_or(|at| at.elapsed() >= scan_every) {
+                materializer.scan();
+                scanned = Some(std::time::Instant::now());
+            }
             let sets = if only.is_empty() {
                 gens.store().sets().unwrap_or_default()
             } else {

@@ -1,16 +1,24 @@
 //! Background materialization in the daemon: one worker thread, one active
-//! pass plus at most one pending job (further policy triggers coalesce).
+//! job plus at most one pending one (further policy triggers coalesce).
 //!
 //! The policy looks at each set's latest generation after every refresh: a
 //! job is queued when its delta has at least `min_rows` rows and at least
 //! `ratio` times as many rows as its base, or its segments take at least
 //! `max_bytes`, or its base is older than `max_age`. The job itself re-reads the
 //! authoritative index (`strata::materialize`); what the policy saw is only a
-//! trigger. Explicit requests from the control socket use the same queue.
+//! trigger. Explicit requests from the control socket use the same queue,
+//! and so does the task recovery scanner (`strata::materialize::recover`),
+//! queued at start and every scan period: it drives every task of every
+//! set and generation to a final state.
 //!
-//! Shutdown closes the queue, lets the active pass finish within a deadline,
-//! and otherwise leaves it: an attempt that dies with the process is taken
-//! over on the next start (its lease is released by the kernel).
+//! The worker never waits for a task held elsewhere: a control-socket
+//! request that waits re-queues its attempt from its own connection thread
+//! until its bound, so other requests are served meanwhile.
+//!
+//! Shutdown closes the queue and cancels the running attempt at its next
+//! checkpoint (between row groups, before PREPARED; a publication that
+//! began is finished), which records RETRY_WAIT; the worker is joined, so
+//! the outcome is recorded before the daemon exits.
 
 use crate::error::DaemonError;
 use crate::gen::Gen;
@@ -19,7 +27,8 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use strata::materialize::{materialize, MaterializeOptions, Outcome};
+use strata::materialize::recover::{recover, RecoverOptions};
+use strata::materialize::{materialize, Cancel, MaterializeOptions, Outcome, MAX_WAIT};
 use strata::Store;
 use tracing::{debug, info, warn};
 
@@ -56,17 +65,22 @@ impl Policy {
 
 type Reply = mpsc::Sender<strata::Result<Outcome>>;
 
-struct Job {
-    set: String,
-    generation: Option<u64>,
-    wait: bool,
-    reply: Option<Reply>,
+enum Job {
+    /// One attempt (never a wait) on a set's generation.
+    Materialize {
+        set: String,
+        generation: Option<u64>,
+        reply: Option<Reply>,
+    },
+    /// One pass of the task recovery scanner.
+    Recover,
 }
 
 pub(crate) struct Materializer {
     queue: Mutex<Option<SyncSender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     policy: Policy,
+    cancel: Cancel,
     /// Generations whose task reached a final state: not triggered again.
     settled: Arc<Mutex<HashSet<(String, u64)>>>,
 }
@@ -76,13 +90,16 @@ impl Materializer {
         let (tx, rx) = mpsc::sync_channel::<Job>(1);
         let settled = Arc::new(Mutex::new(HashSet::new()));
         let done = settled.clone();
+        let cancel = Cancel::default();
+        let stop = cancel.clone();
         let thread = std::thread::Builder::new()
             .name("materialize".into())
-            .spawn(move || work(&store, rx, &done))?;
+            .spawn(move || work(&store, rx, &done, &stop))?;
         Ok(Materializer {
             queue: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
             policy,
+            cancel,
             settled,
         })
     }
@@ -106,10 +123,9 @@ impl Materializer {
             return;
         }
         let Some(tx) = self.sender() else { return };
-        let job = Job {
+        let job = Job::Materialize {
             set: gen.set.clone(),
             generation: Some(gen.generation),
-            wait: false,
             reply: None,
         };
         match tx.try_send(job) {
@@ -121,37 +137,80 @@ impl Materializer {
         }
     }
 
-    /// An explicit request: queued behind at most one job, answered when done.
+    /// Queue a recovery scan unless a job is already pending.
+    pub(crate) fn scan(&self) {
+        if let Some(tx) = self.sender() {
+            let _ = tx.try_send(Job::Recover);
+        }
+    }
+
+    /// An explicit request: queued behind at most one job, answered when
+    /// done. With `wait`, a task held elsewhere (or waiting to retry) is
+    /// tried again from this thread every poll until `wait` (at most
+    /// [`MAX_WAIT`]) runs out; the worker itself never waits.
     pub(crate) fn materialize(
         &self,
         set: &str,
         generation: Option<u64>,
-        wait: bool,
+        wait: Option<Duration>,
     ) -> Result<Outcome, DaemonError> {
+        let start = Instant::now();
+        let bound = wait.map(|w| w.min(MAX_WAIT));
+        loop {
+            match self.attempt(set, generation)? {
+                Err(e) if e.kind() == strata::ErrorKind::Conflict => match bound {
+                    Some(b) if start.elapsed() < b && !self.cancel.is_cancelled() => {
+                        std::thread::sleep(POLL.min(b - start.elapsed()));
+                    }
+                    Some(_) => {
+                        return Err(DaemonError::Materialize {
+                            set: set.to_string(),
+                            source: strata::Error::WaitTimeout {
+                                what: strata::cli_chain(&e),
+                                waited_ms: start.elapsed().as_millis() as u64,
+                            },
+                        })
+                    }
+                    None => return Err(materialize_error(set, e)),
+                },
+                outcome => return outcome.map_err(|e| materialize_error(set, e)),
+            }
+        }
+    }
+
+    /// One attempt on the worker, answered when it ends.
+    fn attempt(
+        &self,
+        set: &str,
+        generation: Option<u64>,
+    ) -> Result<strata::Result<Outcome>, DaemonError> {
         let tx = self.sender().ok_or(DaemonError::ShuttingDown)?;
         let (reply, answer) = mpsc::channel();
-        let job = Job {
+        let job = Job::Materialize {
             set: set.to_string(),
             generation,
-            wait,
             reply: Some(reply),
         };
         tx.send(job).map_err(|_| DaemonError::ShuttingDown)?;
-        let outcome = answer.recv().map_err(|_| DaemonError::WorkerGone {
+        answer.recv().map_err(|_| DaemonError::WorkerGone {
             set: set.to_string(),
-        })?;
-        outcome.map_err(|source| DaemonError::Materialize {
-            set: set.to_string(),
-            source,
         })
     }
 
-    /// Stop admitting work; wait up to `deadline` for the active pass.
+    /// Cancel the running attempt at its next checkpoint (shutdown begins).
+    pub(crate) fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Stop admitting work, cancel the running attempt at its next
+    /// checkpoint and wait up to `deadline` for the worker, which records
+    /// the attempt's outcome before it ends.
     pub(crate) fn shutdown(&self, deadline: Duration) {
         self.queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
+        self.cancel.cancel();
         let Some(thread) = self
             .thread
             .lock()
@@ -167,51 +226,110 @@ impl Materializer {
         if thread.is_finished() {
             let _ = thread.join();
         } else {
-            warn!("materialization still running at shutdown; its task resumes on the next start");
+            warn!("materialization still running at shutdown (a publication finishing); the recovery scanner of the next start ends its task");
         }
     }
 }
 
-fn work(store: &Store, rx: Receiver<Job>, settled: &Mutex<HashSet<(String, u64)>>) {
+/// How often a waiting request re-tries a task held elsewhere.
+const POLL: Duration = Duration::from_millis(200);
+
+fn materialize_error(set: &str, source: strata::Error) -> DaemonError {
+    DaemonError::Materialize {
+        set: set.to_string(),
+        source,
+    }
+}
+
+fn work(
+    store: &Store,
+    rx: Receiver<Job>,
+    settled: &Mutex<HashSet<(String, u64)>>,
+    cancel: &Cancel,
+) {
     for job in rx {
-        let opts = MaterializeOptions {
-            set: job.set.clone(),
-            generation: job.generation,
-            wait: job.wait,
-            plan_only: false,
-        };
-        let result =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| materialize(store, &opts)))
-                .unwrap_or_else(|_| Err(strata::Error::internal("materialization panicked")));
-        match &result {
-            Ok(o) => {
-                info!(
-                    "materialization of set={} gen={}: {}",
-                    o.set,
-                    o.generation,
-                    o.state.map_or("already a base", |s| s.label())
-                );
-                if o.state.is_none_or(|s| s.is_final()) {
-                    settled
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert((o.set.clone(), o.generation));
+        match job {
+            Job::Materialize {
+                set,
+                generation,
+                reply,
+            } => {
+                let result = run_one(store, &set, generation, cancel, settled);
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
                 }
             }
-            // Another worker holds the task, or it waits to retry: not news.
-            Err(e) if e.kind() == strata::ErrorKind::Conflict => debug!(
-                "materialization of set={}: {}",
-                job.set,
-                strata::cli_chain(e)
-            ),
-            Err(e) => warn!(
-                "materialization of set={}: {}",
-                job.set,
-                strata::cli_chain(e)
-            ),
+            Job::Recover => scan(store, cancel),
         }
-        if let Some(reply) = job.reply {
-            let _ = reply.send(result);
+    }
+}
+
+fn run_one(
+    store: &Store,
+    set: &str,
+    generation: Option<u64>,
+    cancel: &Cancel,
+    settled: &Mutex<HashSet<(String, u64)>>,
+) -> strata::Result<Outcome> {
+    let opts = MaterializeOptions {
+        set: set.to_string(),
+        generation,
+        wait: None,
+        plan_only: false,
+        cancel: cancel.clone(),
+    };
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| materialize(store, &opts)))
+            .unwrap_or_else(|_| Err(strata::Error::internal("materialization panicked")));
+    match &result {
+        Ok(o) => {
+            info!(
+                "materialization of set={} gen={}: {}",
+                o.set,
+                o.generation,
+                o.state.map_or("already a base", |s| s.label())
+            );
+            if o.state.is_none_or(|s| s.is_final()) {
+                settled
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert((o.set.clone(), o.generation));
+            }
         }
+        // Another worker holds the task, or it waits to retry: not news.
+        Err(e) if e.kind() == strata::ErrorKind::Conflict => {
+            debug!("materialization of set={set}: {}", strata::cli_chain(e))
+        }
+        Err(e) => warn!("materialization of set={set}: {}", strata::cli_chain(e)),
+    }
+    result
+}
+
+/// One recovery pass over every task; what it did is logged.
+fn scan(store: &Store, cancel: &Cancel) {
+    let opts = RecoverOptions {
+        cancel: cancel.clone(),
+        ..RecoverOptions::default()
+    };
+    let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| recover(store, &opts)))
+        .unwrap_or_else(|_| Err(strata::Error::internal("task recovery panicked")));
+    match report {
+        Ok(r) => {
+            for t in r.tasks.iter().filter(|t| t.action != "left") {
+                info!(
+                    "task recovery: {} set={} gen={}: {} {}",
+                    t.id,
+                    t.set,
+                    t.generation,
+                    t.action,
+                    t.state.label()
+                );
+            }
+            for c in &r.corrupt {
+                warn!("task recovery: corrupt task record {} ({})", c.key, c.error);
+            }
+        }
+        Err(strata::Error::Cancelled(_)) => {}
+        Err(e) => warn!("task recovery: {}", strata::cli_chain(&e)),
     }
 }

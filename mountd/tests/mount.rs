@@ -1319,8 +1319,9 @@ fn materialize_gen(store: &Store, g: u64) -> strata::materialize::Outcome {
     let opts = strata::materialize::MaterializeOptions {
         set: "s".into(),
         generation: Some(g),
-        wait: false,
+        wait: None,
         plan_only: false,
+        cancel: Default::default(),
     };
     strata::materialize::materialize(store, &opts).unwrap()
 }
@@ -1863,4 +1864,186 @@ fn a_service_manager_is_told_ready_and_stopping() {
     assert_eq!(&buf[..n], b"STOPPING=1");
     let (status, err) = m.wait();
     assert!(status.success(), "{err}");
+}
+
+/// Tasks under `tasks/` and compacted ones.
+fn live_and_done(store: &Store) -> (Vec<strata::task::TaskRecord>, Vec<strata::task::TaskRecord>) {
+    let tasks = strata::task::Tasks::new(store);
+    (tasks.list().unwrap().tasks, tasks.compacted().unwrap())
+}
+
+/// No PREPARED representation in generation `g` of set `s`.
+fn no_prepared(store: &Store, g: u64) -> bool {
+    strata::index::GenIndex::new(store, "s")
+        .load(g)
+        .unwrap()
+        .representations
+        .iter()
+        .all(|r| r.state != strata::format::record::State::Prepared)
+}
+
+/// Wait until every task is compacted; the compacted records.
+fn all_compacted(store: &Store) -> Vec<strata::task::TaskRecord> {
+    wait_for("every task final and compacted", || {
+        let (live, done) = live_and_done(store);
+        live.is_empty() && !done.is_empty()
+    });
+    live_and_done(store).1
+}
+
+/// Whether process `pid` is stopped (SIGSTOP).
+fn stopped(pid: u32) -> bool {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(") ").next().is_some_and(|s| s.starts_with('T'))
+}
+
+#[test]
+fn the_scanner_ends_a_task_of_a_set_the_daemon_does_not_serve() {
+    let sc = Scratch::new();
+    large_delta(&sc.store, &sc.src);
+    let other = sc.path().join("other");
+    write(&other, "x", b"x");
+    commit_gen(&sc.store, "other", &other);
+    let o = strata_failing(
+        &sc.st,
+        &["materialize", "--set", "s", "--in-process"],
+        "rep-prepared=kill",
+    );
+    assert!(!o.status.success());
+    write(&sc.src, "d0/f0", b"generation 3");
+    sc.commit("s");
+    let args = ["--no-materialize", "--task-scan-s", "1", "--set", "other"];
+    let _m = sc.mount_with(&args);
+    let done = all_compacted(&sc.store);
+    assert_eq!(done[0].state, strata::task::TaskState::Published);
+    assert!(no_prepared(&sc.store, 2));
+    keep_last(&sc.store, 1);
+    let plan = strata::retain::plan(&sc.store, "s", strata::token::now_ns()).unwrap();
+    assert_eq!(plan.retire, [1, 2], "{plan:?}");
+}
+
+#[test]
+fn a_daemon_killed_mid_attempt_is_followed_by_one_that_finishes_the_task() {
+    let sc = Scratch::new();
+    large_delta(&sc.store, &sc.src);
+    let policy = ["--materialize-min-rows", "10", "--materialize-ratio", "0.1"];
+    let mut m = Mount::start_env(
+        &sc.st,
+        &sc.mnt,
+        &policy,
+        &[("STRATA_FAILPOINTS", "folded=kill")],
+    );
+    let (status, _) = m.wait();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    detach(&sc.mnt);
+    let (live, _) = live_and_done(&sc.store);
+    assert_eq!(live[0].state, strata::task::TaskState::Claimed);
+    write(&sc.src, "d0/f0", b"generation 3");
+    sc.commit("s");
+    let _m = sc.mount_with(&["--no-materialize", "--task-scan-s", "1"]);
+    let done = all_compacted(&sc.store);
+    assert_eq!(done[0].state, strata::task::TaskState::Published);
+    assert_eq!(done[0].attempt, 2, "taken over");
+    assert_eq!(
+        reads_from(&sc.store, 2),
+        strata::format::manifest::RepKind::Base
+    );
+}
+
+#[test]
+fn shutdown_during_an_attempt_records_its_outcome_and_the_next_daemon_finishes() {
+    let sc = Scratch::new();
+    large_delta(&sc.store, &sc.src);
+    let policy = ["--materialize-min-rows", "10", "--materialize-ratio", "0.1"];
+    let mut m = Mount::start_env(
+        &sc.st,
+        &sc.mnt,
+        &policy,
+        &[("STRATA_FAILPOINTS", "task-claimed=stop")],
+    );
+    let pid = m.child.as_ref().unwrap().id();
+    wait_for("the attempt paused after its claim", || stopped(pid));
+    m.signal(libc::SIGTERM);
+    m.signal(libc::SIGCONT);
+    let (status, log) = m.wait();
+    assert!(status.success(), "{log}");
+    let (live, done) = live_and_done(&sc.store);
+    let t = live.first().or(done.first()).expect("the task");
+    eprintln!("outcome recorded at shutdown: {}", t.state.label());
+    match t.state {
+        // Cancelled at a checkpoint: due again at once, nothing published.
+        strata::task::TaskState::RetryWait => {
+            assert!(
+                t.last_error.as_deref().unwrap().contains("cancelled"),
+                "{t:?}"
+            );
+            assert_eq!(t.retry_at_ns, Some(t.written_ns));
+            assert_eq!(
+                reads_from(&sc.store, 2),
+                strata::format::manifest::RepKind::Delta
+            );
+        }
+        // Or the attempt was past its last checkpoint and finished.
+        strata::task::TaskState::Published => {}
+        other => panic!("no outcome recorded: {other:?}\n{log}"),
+    }
+    let _m = sc.mount_with(&["--no-materialize", "--task-scan-s", "1"]);
+    let done = all_compacted(&sc.store);
+    assert_eq!(done[0].state, strata::task::TaskState::Published);
+    assert_eq!(
+        reads_from(&sc.store, 2),
+        strata::format::manifest::RepKind::Base
+    );
+}
+
+#[test]
+fn a_control_socket_wait_on_a_foreign_task_ends_within_its_bound() {
+    let sc = Scratch::new();
+    large_delta(&sc.store, &sc.src);
+    let mut foreign = Command::new(bin())
+        .args([
+            "--store",
+            sc.st.to_str().unwrap(),
+            "materialize",
+            "--set",
+            "s",
+            "--in-process",
+        ])
+        .env("STRATA_FAILPOINTS", "task-claimed=stop")
+        .spawn()
+        .unwrap();
+    let pid = foreign.id();
+    wait_for("the foreign attempt paused holding its lease", || {
+        stopped(pid)
+    });
+    let _m = sc.mount_with(&["--no-materialize"]);
+    let sock = control_socket(&sc.st);
+    let waiting = {
+        let sock = sock.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let r = exchange(
+                &sock,
+                b"{\"version\":1,\"command\":\"materialize\",\"set\":\"s\",\"wait\":true,\"wait_ms\":1500}\n",
+            );
+            (r, start.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let served = exchange(&sock, b"{\"version\":1,\"command\":\"sets\"}\n");
+    assert!(
+        served[0]["result"].is_array(),
+        "served meanwhile: {served:?}"
+    );
+    assert!(!waiting.is_finished(), "the wait is still running");
+    let (reply, took) = waiting.join().unwrap();
+    let message = reply[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("gave up waiting"), "{reply:?}");
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let _ = foreign.wait();
 }

@@ -167,9 +167,11 @@ pub(crate) struct MaterializeArgs {
     /// Generation to fold (default: latest)
     #[arg(long)]
     pub(crate) gen: Option<u64>,
-    /// Wait for another worker's attempt or a retry delay instead of failing
-    #[arg(long)]
-    pub(crate) wait: bool,
+    /// Wait up to DURATION (default and longest: 10m) for another worker's
+    /// attempt or a retry delay instead of failing; running out exits 4
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "10m",
+          require_equals = true, value_parser = strata::storage::parse_duration)]
+    pub(crate) wait: Option<Duration>,
     /// Only plan the task (PLANNED), do not run it
     #[arg(long)]
     pub(crate) plan: bool,
@@ -184,8 +186,22 @@ pub(crate) struct MaterializeArgs {
 #[derive(Args)]
 pub(crate) struct TasksArgs {
     /// Cancel this task (refused while an attempt works on it)
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["recover", "quarantine"])]
     pub(crate) cancel: Option<String>,
+    /// Drive every task that is not final to a final state and compact
+    /// final ones (what a mount daemon does periodically)
+    #[arg(long, conflicts_with = "quarantine")]
+    pub(crate) recover: bool,
+    /// With --recover: only tasks of this set (repeatable)
+    #[arg(long, requires = "recover")]
+    pub(crate) set: Vec<String>,
+    /// Move the records of a task whose newest record does not parse to
+    /// tasks-quarantine/, after checking nothing it protects is at risk
+    #[arg(long, value_name = "ID")]
+    pub(crate) quarantine: Option<String>,
+    /// Also list compacted (finished) tasks
+    #[arg(long)]
+    pub(crate) all: bool,
     /// Print JSON instead of a table
     #[arg(long)]
     pub(crate) json: bool,

@@ -247,6 +247,15 @@ fn print_report(r: &SweepReport) {
     for i in &r.reclaimed {
         println!("  {reclaim} {} {} ({})", i.kind, i.key, i.detail);
     }
+    for h in &r.roots.held_back {
+        println!("  held back: {h}");
+    }
+    if r.task_records_removed > 0 {
+        println!(
+            "  finished task records removed: {}",
+            r.task_records_removed
+        );
+    }
     for i in &r.invalid {
         eprintln!(
             "strata: warning: invalid {} kept for an operator: {} ({})",

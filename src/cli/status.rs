@@ -36,7 +36,8 @@ pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
         let dedup = space.and_then(|s| strata::status::dedup_ratio(sets, s));
         return print_json(
             &serde_json::json!({ "store": root, "sets": sets, "pins": { "held": held, "total": status.pins },
-                "space": space, "dedup_ratio": dedup, "last_sweep": last, "daemons": daemons }),
+                "space": space, "dedup_ratio": dedup, "last_sweep": last, "daemons": daemons,
+                "corrupt_tasks": status.corrupt_tasks }),
         );
     }
     println!(
@@ -46,6 +47,12 @@ pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
         status.pins
     );
     print_sets(sets);
+    for c in &status.corrupt_tasks {
+        println!(
+            "corrupt task record: key={} (see `strata tasks --quarantine {}`): {}",
+            c.key, c.id, c.error
+        );
+    }
     match &sweep {
         Some(r) => print_space(r, sets),
         None => println!("space: unknown until the first sweep (`strata sweep --dry-run`)"),

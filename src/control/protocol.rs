@@ -6,7 +6,7 @@
 //! The encoding is v1's, unchanged: a request is one flat JSON object,
 //! `{"command": <name>, <the command's fields>, "version": 1}`. The parser
 //! accepts exactly what the v1 daemon accepted: `version` and `command`
-//! required, the optional fields `set`, `generation`, `wait`, `grace_ms`,
+//! required, the optional fields `set`, `generation`, `wait`, `wait_ms`, `grace_ms`,
 //! `dry_run` and `recount` (each with its type; `set`, `generation` and
 //! `grace_ms` may be `null`), no other field, no field twice, nothing but
 //! whitespace after the object. A field of another command (`set` on
@@ -47,6 +47,9 @@ pub enum Command {
         generation: Option<u64>,
         /// Wait for a busy task instead of failing.
         wait: bool,
+        /// How long to wait at most (an optional v1 field; absent: the
+        /// daemon's longest wait, `strata::materialize::MAX_WAIT`).
+        wait_ms: Option<u64>,
     },
     /// Every task's newest record.
     Tasks,
@@ -160,6 +163,8 @@ struct WireFields {
     #[serde(default)]
     wait: bool,
     #[serde(default)]
+    wait_ms: Option<u64>,
+    #[serde(default)]
     grace_ms: Option<u64>,
     #[serde(default)]
     dry_run: bool,
@@ -209,6 +214,7 @@ impl TryFrom<WireRequest> for Command {
                     set,
                     generation: w.generation,
                     wait: w.wait,
+                    wait_ms: w.wait_ms,
                 }
             }
             "tasks" => Command::Tasks,
@@ -233,11 +239,15 @@ impl Serialize for Command {
                 set,
                 generation,
                 wait,
+                wait_ms,
             } => {
                 m.serialize_entry("generation", generation)?;
                 m.serialize_entry("set", set)?;
                 m.serialize_entry("version", &PROTOCOL_VERSION)?;
                 m.serialize_entry("wait", wait)?;
+                if let Some(ms) = wait_ms {
+                    m.serialize_entry("wait_ms", ms)?;
+                }
             }
             Command::Sweep {
                 grace_ms,
@@ -537,6 +547,7 @@ mod tests {
                     set: "s".into(),
                     generation: Some(7),
                     wait: true,
+                    wait_ms: None,
                 },
                 r#"{"command":"materialize","generation":7,"set":"s","version":1,"wait":true}"#,
             ),
@@ -545,6 +556,7 @@ mod tests {
                     set: "photos".into(),
                     generation: None,
                     wait: false,
+                    wait_ms: None,
                 },
                 r#"{"command":"materialize","generation":null,"set":"photos","version":1,"wait":false}"#,
             ),
@@ -591,6 +603,7 @@ mod tests {
                     set: "s".into(),
                     generation: Some(7),
                     wait: true,
+                    wait_ms: None,
                 },
             ),
             (
@@ -599,6 +612,7 @@ mod tests {
                     set: "s".into(),
                     generation: None,
                     wait: false,
+                    wait_ms: None,
                 },
             ),
             (

@@ -27,6 +27,7 @@
 
 mod fold;
 mod plan;
+pub mod recover;
 mod repack;
 mod verify;
 
@@ -43,7 +44,9 @@ use crate::task::{TaskRecord, TaskState, Tasks, MAX_ATTEMPTS};
 use fold::fold;
 use plan::{pending_task, plan};
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use verify::verify_output;
 
 /// How often a waiting caller re-reads a task someone else works on.
@@ -51,17 +54,46 @@ const POLL: Duration = Duration::from_millis(200);
 
 /// What a missing or changed source is reported as (SOURCE_RETIRED).
 const SOURCE_GONE: &str = "planned source representation";
+/// The longest `--wait` (and its default): a caller never waits unbounded.
+pub const MAX_WAIT: Duration = Duration::from_secs(600);
+
+/// A cancellation request an attempt checks between row groups and before
+/// its representation is PREPARED (never after: a publication that began
+/// is finished). A cancelled attempt records RETRY_WAIT, due at once.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// `Err(Cancelled)` once cancelled: a checkpoint.
+    pub fn check(&self, at: &str) -> Result<()> {
+        match self.is_cancelled() {
+            true => Err(Error::Cancelled(format!("attempt stopped {at}"))),
+            false => Ok(()),
+        }
+    }
+}
 /// What to materialize.
 #[derive(Debug, Clone)]
 pub struct MaterializeOptions {
     pub set: String,
     /// Latest when `None`.
     pub generation: Option<u64>,
-    /// Wait for another worker's attempt or for a retry delay instead of
-    /// returning a conflict.
-    pub wait: bool,
+    /// Wait up to this long for another worker's attempt or for a retry
+    /// delay instead of returning a conflict (`None`: do not wait). Capped
+    /// at [`MAX_WAIT`]; running out is [`Error::WaitTimeout`].
+    pub wait: Option<Duration>,
     /// Only plan (create the PLANNED task record).
     pub plan_only: bool,
+    /// Checked by the attempt this call runs.
+    pub cancel: Cancel,
 }
 
 /// How a materialization request ended.
@@ -98,7 +130,7 @@ pub fn materialize(store: &Store, opts: &MaterializeOptions) -> Result<Outcome> 
         )));
     }
     if let Some(pending) = pending_task(store, &opts.set, record.generation)? {
-        return drive(store, &pending, opts.wait);
+        return drive(store, &pending, opts);
     }
     let Some(task) = plan(store, &record)? else {
         return Ok(Outcome {
@@ -114,7 +146,7 @@ pub fn materialize(store: &Store, opts: &MaterializeOptions) -> Result<Outcome> 
     if opts.plan_only {
         return Ok(outcome(&task));
     }
-    drive(store, &task.id, opts.wait)
+    drive(store, &task.id, opts)
 }
 
 fn outcome(t: &TaskRecord) -> Outcome {
@@ -129,10 +161,12 @@ fn outcome(t: &TaskRecord) -> Outcome {
     }
 }
 
-/// Drive task `id` until it is final (or, without `wait`, until it is
-/// someone else's to move).
-fn drive(store: &Store, id: &str, wait: bool) -> Result<Outcome> {
+/// Drive task `id` until it is final (or until it is someone else's to
+/// move and the wait, if any, ran out).
+fn drive(store: &Store, id: &str, opts: &MaterializeOptions) -> Result<Outcome> {
     let tasks = Tasks::new(store);
+    let start = Instant::now();
+    let bound = opts.wait.map(|w| w.min(MAX_WAIT));
     loop {
         let t = tasks.newest(id)?.ok_or_else(|| Error::NotFound {
             what: "task",
@@ -142,13 +176,21 @@ fn drive(store: &Store, id: &str, wait: bool) -> Result<Outcome> {
             return Ok(outcome(&t));
         }
         if let Some(busy) = busy(&tasks, &t)? {
-            if !wait {
-                return Err(Error::Conflict(busy));
+            match bound {
+                None => return Err(Error::Conflict(busy)),
+                Some(b) if start.elapsed() >= b => {
+                    return Err(Error::WaitTimeout {
+                        what: busy,
+                        waited_ms: start.elapsed().as_millis() as u64,
+                    })
+                }
+                Some(_) => {}
             }
+            opts.cancel.check("while waiting")?;
             std::thread::sleep(POLL);
             continue;
         }
-        match attempt(store, &t) {
+        match attempt(store, &t, &opts.cancel) {
             Ok(_) | Err(Error::Conflict(_)) => continue,
             Err(e) => match tasks.newest(id)? {
                 Some(now) if now.state.is_final() => return Ok(outcome(&now)),
@@ -183,21 +225,20 @@ fn busy(tasks: &Tasks, t: &TaskRecord) -> Result<Option<String>> {
 
 /// One attempt: claim `t` (taking over a dead attempt), run it, and record
 /// how it ended. Returns the last record written.
-fn attempt(store: &Store, t: &TaskRecord) -> Result<TaskRecord> {
+fn attempt(store: &Store, t: &TaskRecord, cancel: &Cancel) -> Result<TaskRecord> {
     let tasks = Tasks::new(store);
     if t.attempt >= MAX_ATTEMPTS && !publication_started(store, t)? {
         remove_dead_staging(store, t)?;
-        let mut failed = t.next(TaskState::Failed);
-        failed.owner = None;
-        tasks.put(&failed)?;
-        return Ok(failed);
+        return tasks.end_unpublished(t, TaskState::Failed, None);
     }
     let token = crate::token::new_token();
     let holder = format!("materialize pid={} task={}", std::process::id(), t.id);
     let staging = Staging::create(store, &token, &holder)?;
-    staging
-        .admission
-        .admit("materialization", output_estimate(store, t)?)?;
+    let admitted =
+        output_estimate(store, t).and_then(|need| staging.admission.admit("materialization", need));
+    if let Err(e) = admitted {
+        return Err(record_refusal(&tasks, t, e));
+    }
     remove_dead_staging(store, t)?;
     let mut claimed = t.next(TaskState::Claimed);
     claimed.attempt = t.attempt + 1;
@@ -205,7 +246,7 @@ fn attempt(store: &Store, t: &TaskRecord) -> Result<TaskRecord> {
     claimed.progress_rows = 0;
     tasks.put(&claimed)?;
     store.failpoints().hit(Step::TaskClaimed)?;
-    match run(store, &claimed, &staging) {
+    match run(store, &claimed, &staging, cancel) {
         Ok(done) => Ok(done),
         Err(e) => Err(record_failure(&tasks, &claimed, e)),
     }
@@ -239,7 +280,20 @@ fn publication_started(store: &Store, t: &TaskRecord) -> Result<bool> {
     Ok(now.representations.iter().any(|r| &r.manifest == output))
 }
 
-/// Record why an attempt failed; returns the error for the caller.
+/// Record a refusal before the claim (the disk budget): RETRY_WAIT with
+/// the error and a backoff, the attempt count unchanged, so callers back
+/// off instead of re-queueing at once. Returns the error for the caller.
+fn record_refusal(tasks: &Tasks, t: &TaskRecord, e: Error) -> Error {
+    let mut next = t.next(TaskState::RetryWait);
+    next.last_error = Some(crate::cli_chain(&e));
+    let delay = TaskRecord::backoff(t.attempt.max(1));
+    next.retry_at_ns = Some(next.written_ns + delay.as_nanos() as i64);
+    recorded(tasks.put(&next), e)
+}
+
+/// Record why an attempt failed; returns the error for the caller. A
+/// cancelled attempt waits to retry at once; a task that ends here without
+/// publishing withdraws its PREPARED representation first.
 fn record_failure(tasks: &Tasks, claimed: &TaskRecord, e: Error) -> Error {
     let Ok(Some(newest)) = tasks.newest(&claimed.id) else {
         return e;
@@ -249,16 +303,30 @@ fn record_failure(tasks: &Tasks, claimed: &TaskRecord, e: Error) -> Error {
     }
     let gone = matches!(&e, Error::NotFound { what, .. } if *what == SOURCE_GONE);
     let state = match (gone, claimed.attempt >= MAX_ATTEMPTS) {
+        _ if matches!(e, Error::Cancelled(_)) => TaskState::RetryWait,
         (true, _) => TaskState::SourceRetired,
         (_, true) => TaskState::Failed,
         _ => TaskState::RetryWait,
     };
+    let error = Some(crate::cli_chain(&e));
+    if state.is_final() {
+        let ended = tasks.end_unpublished(&newest, state, error).map(|_| ());
+        return recorded(ended, e);
+    }
     let mut next = newest.next(state);
     next.owner = None;
-    next.last_error = Some(crate::cli_chain(&e));
-    let delay = TaskRecord::backoff(claimed.attempt);
+    next.last_error = error;
+    let delay = match e {
+        Error::Cancelled(_) => Duration::ZERO,
+        _ => TaskRecord::backoff(claimed.attempt),
+    };
     next.retry_at_ns = Some(next.written_ns + delay.as_nanos() as i64);
-    match tasks.put(&next) {
+    recorded(tasks.put(&next), e)
+}
+
+/// `e`, or `e` and why recording it failed.
+fn recorded(put: Result<()>, e: Error) -> Error {
+    match put {
         Ok(()) => e,
         Err(put) => Error::internal(format!(
             "{}; and recording the failure failed: {}",
@@ -283,13 +351,18 @@ fn remove_dead_staging(store: &Store, t: &TaskRecord) -> Result<()> {
 }
 
 /// The claimed attempt from protection to PUBLISHED.
-fn run(store: &Store, claimed: &TaskRecord, staging: &Staging) -> Result<TaskRecord> {
+fn run(
+    store: &Store,
+    claimed: &TaskRecord,
+    staging: &Staging,
+    cancel: &Cancel,
+) -> Result<TaskRecord> {
     let tasks = Tasks::new(store);
     let fp = store.failpoints();
     let index = GenIndex::new(store, &claimed.set);
     let generation = claimed.target.generation;
     let source = &claimed.sources[claimed.sources.len() - 1].manifest;
-    if let Some(done) = already_published(&tasks, &index, claimed)? {
+    if let Some(done) = already_published(store, &tasks, &index, claimed, staging)? {
         return Ok(done);
     }
     let holder = format!("materialize task={}", claimed.id);
@@ -308,7 +381,7 @@ fn run(store: &Store, claimed: &TaskRecord, staging: &Staging) -> Result<TaskRec
         .and_then(|m| verify_output(store, m, &view).ok().map(|n| (m.clone(), n)));
     let (output, rows) = match recorded {
         Some(done) => done,
-        None => fold(store, claimed, &view, staging)?,
+        None => fold(store, claimed, &view, staging, cancel)?,
     };
     let mut ready = claimed.next(TaskState::OutputReady);
     ready.output = Some(output.clone());
@@ -323,6 +396,7 @@ fn run(store: &Store, claimed: &TaskRecord, staging: &Staging) -> Result<TaskRec
         base: None,
         state: State::Prepared,
     };
+    cancel.check("before its representation was prepared")?;
     let prepared = {
         let _fence = fence::enter(&[staging.owner()])?;
         index.prepare_rep(generation, source, rep, &claimed.id)?
@@ -357,9 +431,11 @@ fn finish(tasks: &Tasks, index: &GenIndex, last: &TaskRecord) -> Result<TaskReco
 /// A takeover of an attempt that died after PREPARED or COMMITTED finishes
 /// its publication instead of folding again.
 fn already_published(
+    store: &Store,
     tasks: &Tasks,
     index: &GenIndex,
     claimed: &TaskRecord,
+    staging: &Staging,
 ) -> Result<Option<TaskRecord>> {
     let Some(output) = &claimed.output else {
         return Ok(None);
@@ -369,6 +445,9 @@ fn already_published(
     match rep.map(|r| r.state) {
         Some(State::Committed) => finish(tasks, index, claimed).map(Some),
         Some(State::Prepared) if now.owner == claimed.id => {
+            // The step a takeover re-enters: the PREPARED representation is in the index.
+            store.failpoints().hit(Step::RepPrepared)?;
+            let _fence = fence::enter(&[staging.owner()])?;
             index.commit_rep(&now, output)?;
             finish(tasks, index, claimed).map(Some)
         }

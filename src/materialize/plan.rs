@@ -24,6 +24,7 @@ const MAX_PLANS: u32 = 100;
 pub(super) fn pending_task(store: &Store, set: &str, generation: u64) -> Result<Option<String>> {
     let tasks = Tasks::new(store).list()?;
     Ok(tasks
+        .tasks
         .into_iter()
         .find(|t| t.set == set && t.target.generation == generation && !t.state.is_final())
         .map(|t| t.id))
@@ -32,13 +33,7 @@ pub(super) fn pending_task(store: &Store, set: &str, generation: u64) -> Result<
 /// The task id: the target and the exact source it reads, so planning the
 /// same work twice finds the existing task.
 fn task_id(set: &str, generation: u64, source_manifest: &str) -> String {
-    let set: String = set
-        .bytes()
-        .map(|b| match b.is_ascii_alphanumeric() {
-            true => b as char,
-            false => '-',
-        })
-        .collect();
+    let set = crate::task::id_spelling(set);
     format!(
         "materialize-{set}-{generation}-{}",
         source_manifest.get(..16).unwrap_or(source_manifest)

@@ -9,8 +9,12 @@ pub const MARKER: &str = "STORE";
 pub const BUDGET: &str = "budget.json";
 /// Directory of every set.
 pub const SETS: &str = "sets";
-/// Directory of every task.
+/// Directory of every task that is not yet compacted.
 pub const TASKS: &str = "tasks";
+/// Final records of compacted tasks, one per task, removed after a keep period.
+pub const TASKS_DONE: &str = "tasks-done";
+/// Task records moved aside by `strata tasks --quarantine`.
+pub const TASKS_QUARANTINE: &str = "tasks-quarantine";
 /// Directory of every set's pins.
 pub const PINS: &str = "pins";
 /// Staging directories and their owner leases.
@@ -113,6 +117,22 @@ pub fn tag(set: &str, name: &str) -> String {
 /// Record `record` of task `id`.
 pub fn task_record(id: &str, record: u32) -> String {
     format!("tasks/{id}/{record:06}.json")
+}
+/// Every record (and checkpoint) of task `id`.
+pub fn task_dir(id: &str) -> String {
+    format!("tasks/{id}")
+}
+/// The advisory checkpoint of attempt `attempt` of task `id`.
+pub fn task_checkpoint(id: &str, attempt: u32) -> String {
+    format!("tasks/{id}/checkpoint.{attempt:03}.json")
+}
+/// The one final record a compacted task keeps.
+pub fn task_done(id: &str) -> String {
+    format!("tasks-done/{id}.json")
+}
+/// Where `strata tasks --quarantine` moves file `name` of task `id`.
+pub fn task_quarantined(id: &str, name: &str) -> String {
+    format!("tasks-quarantine/{id}/{name}")
 }
 pub fn staging_dir(token: &str) -> String {
     format!("staging/{token}")

@@ -237,17 +237,74 @@ impl Marks {
 
     /// Mark sources and outputs of tasks that are not final. A source or
     /// output already gone is the task's to discover (SOURCE_RETIRED or a
-    /// refold), not a reason to stop the sweep.
+    /// refold), not a reason to stop the sweep. A task whose newest record
+    /// does not parse holds back what it could protect (see [`Marks::hold_back`]).
     pub(super) fn tasks(&mut self, store: &Store) -> Result<()> {
-        for t in crate::task::Tasks::new(store).list()? {
+        let listing = crate::task::Tasks::new(store).list()?;
+        for t in listing.tasks {
             let key = keys::task_record(&t.id, t.record);
             if t.state.is_final() || !self.seen.insert(key) {
                 continue;
             }
             self.roots.tasks += 1;
-            let names = t.sources.iter().map(|s| s.manifest.clone());
-            for name in names.chain(t.output.clone()) {
-                match self.manifest(store, &name) {
+            self.task_manifests(store, &t)?;
+        }
+        for c in listing.corrupt {
+            if self.seen.insert(c.key.clone()) {
+                self.hold_back(store, &c)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn task_manifests(&mut self, store: &Store, t: &crate::task::TaskRecord) -> Result<()> {
+        let names = t.sources.iter().map(|s| s.manifest.clone());
+        for name in names.chain(t.output.clone()) {
+            match self.manifest(store, &name) {
+                Err(e) if e.is_not_found() => {}
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+
+    /// What a task with an unreadable newest record could protect: the
+    /// sources and outputs its readable records name, and every
+    /// representation any index record of its generation ever named (its
+    /// set and generation come from a readable record, else from its id).
+    /// Nothing else is held back; the report names the record.
+    fn hold_back(&mut self, store: &Store, c: &crate::task::CorruptTask) -> Result<()> {
+        let readable = crate::task::Tasks::new(store).readable_records(&c.id)?;
+        for t in &readable {
+            self.task_manifests(store, t)?;
+        }
+        let target = match readable.last() {
+            Some(t) => vec![(t.set.clone(), t.target.generation)],
+            None => crate::task::target_of_id(store, &c.id)?,
+        };
+        for (set, generation) in target {
+            self.every_representation(store, &set, generation)?;
+        }
+        self.roots.held_back.push(format!(
+            "corrupt task record `{}`: its sources, outputs and generation kept",
+            c.key
+        ));
+        Ok(())
+    }
+
+    /// Every representation named by any record version of a generation.
+    fn every_representation(&mut self, store: &Store, set: &str, generation: u64) -> Result<()> {
+        for name in store.storage().list(&keys::index_dir(set))? {
+            let Some((g, v)) = IndexRecord::parse_name(&name) else {
+                continue;
+            };
+            if g != generation {
+                continue;
+            }
+            let key = keys::index_record(set, g, v);
+            let bytes = store.storage().get(&key, MAX_RECORD_BYTES)?;
+            for rep in IndexRecord::decode(&key, &bytes)?.representations {
+                match self.manifest(store, &rep.manifest) {
                     Err(e) if e.is_not_found() => {}
                     other => other?,
                 }

@@ -5,13 +5,16 @@
 //! One sweep, under the `sweep/SWEEPER.lease` (one sweeper at a time):
 //! 1. **retire** — apply each set's retention policy (RETIRED index records);
 //! 2. **residue** — probe pins and staging owners; reclaim the unheld ones
-//!    and journals whose owner is gone;
+//!    and journals whose owner is gone; remove compacted task records older
+//!    than [`crate::task::DONE_KEEP`];
 //! 3. **mark** — from the index (every non-retired representation of every
 //!    generation, COMMITTED or PREPARED, with the base manifests they bind),
 //!    then held pins (read *after* the index: a pin taken later re-reads the
 //!    index and fails on anything retired), then live tasks' sources and
 //!    outputs; manifests name their segments, packs and standalone blobs.
-//!    Any unreadable root aborts the sweep: nothing is deleted;
+//!    Any unreadable root aborts the sweep: nothing is deleted. The one
+//!    exception is a task record that does not parse: it holds back only
+//!    what it could protect, and the report says so (`roots.held_back`);
 //! 4. **condemn** — every listed manifest, segment, pack and blob not marked
 //!    is recorded in `sweep/epochs/<epoch>.condemned`, carrying the epoch and
 //!    time it was first condemned;
@@ -125,7 +128,10 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
     report.mark_ms = mark_start.elapsed().as_millis() as u64;
     report.marked = marks.objects.len() as u64;
     report.mark_rows = liveness.rows;
-    report.roots = marks.roots;
+    report.roots = marks.roots.clone();
+    report
+        .warnings
+        .extend(marks.roots.held_back.iter().cloned());
     let known = epochs(store)?;
     let epoch = match known.last() {
         None => 1,
@@ -187,6 +193,7 @@ fn unchanged(r: &SweepReport, p: &SweepReport, prev_len: usize, condemned: usize
     r.retired.is_empty()
         && r.reclaimed.is_empty()
         && r.invalid.is_empty()
+        && r.task_records_removed == 0
         && r.warnings.is_empty()
         && r.newly_condemned.count == 0
         && r.deletable.count == 0
@@ -287,6 +294,9 @@ fn residue(store: &Store, opts: &SweepOptions, report: &mut SweepReport) -> Resu
         false => crate::sweep::residue::reclaim(store, &items)?,
     };
     if !opts.dry_run {
+        let tasks = crate::task::Tasks::new(store);
+        report.task_records_removed =
+            tasks.remove_expired(crate::task::DONE_KEEP, crate::token::now_ns())?;
         store.failpoints().hit(Step::ResidueReclaimed)?;
     }
     Ok(())

@@ -105,15 +105,22 @@ pub struct SweepReport {
     /// reclaimed, condemned anew or deletable), so nothing was written.
     #[serde(default)]
     pub unchanged: bool,
+    /// Compacted task records removed after their keep period.
+    #[serde(default)]
+    pub task_records_removed: u64,
 }
 
 /// What the mark started from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Roots {
     pub generations: u64,
     pub representations: u64,
     pub pins: u64,
     pub tasks: u64,
+    /// What the sweep kept because a root could not be read (a corrupt task
+    /// record), one line each naming the record.
+    #[serde(default)]
+    pub held_back: Vec<String>,
 }
 
 /// Bytes in staging directories (live or not yet reclaimed).

@@ -80,8 +80,14 @@ impl Mount {
 
     /// `start` with more daemon arguments.
     pub fn start_with(store: &Path, point: &Path, args: &[&str]) -> Mount {
+        Mount::start_env(store, point, args, &[])
+    }
+
+    /// `start_with` and environment variables (e.g. `STRATA_FAILPOINTS`).
+    pub fn start_env(store: &Path, point: &Path, args: &[&str], env: &[(&str, &str)]) -> Mount {
         fs::create_dir_all(point).unwrap();
         let child = Command::new(mountd_bin())
+            .envs(env.iter().copied())
             .arg("--store")
             .arg(store)
             .args(args)
