@@ -324,10 +324,12 @@ fn record_failure(tasks: &Tasks, claimed: &TaskRecord, e: Error) -> Error {
     recorded(tasks.put(&next), e)
 }
 
-/// `e`, or `e` and why recording it failed.
+/// `e`, or `e` and why recording it failed. Losing the record's race is
+/// not a failure to record: another worker advanced the task.
 fn recorded(put: Result<()>, e: Error) -> Error {
     match put {
         Ok(()) => e,
+        Err(Error::Conflict(_)) => e,
         Err(put) => Error::internal(format!(
             "{}; and recording the failure failed: {}",
             crate::cli_chain(&e),

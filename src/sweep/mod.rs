@@ -129,9 +129,6 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
     report.marked = marks.objects.len() as u64;
     report.mark_rows = liveness.rows;
     report.roots = marks.roots.clone();
-    report
-        .warnings
-        .extend(marks.roots.held_back.iter().cloned());
     let known = epochs(store)?;
     let epoch = match known.last() {
         None => 1,
