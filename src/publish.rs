@@ -108,7 +108,7 @@ pub fn publish(
     check_journal_header(input, reader.header())?;
     let sort_dir = input.staging.join("sort");
     crate::storage::ensure_local_dir(&sort_dir)?;
-    let mut sorter = Sorter::new(&sort_dir, input.budget);
+    let mut sorter = Sorter::new(&sort_dir, input.budget)?;
     while let Some(row) = reader.next_row()? {
         sorter.push(row)?;
     }

@@ -221,6 +221,13 @@ pub(crate) struct CommitArgs {
     /// Record unreadable or vanishing paths as skipped instead of failing
     #[arg(long)]
     pub(crate) skip_unreadable: bool,
+    /// Memory for sorting observed rows before they spill to disk
+    /// (default 64M; 0 is refused)
+    #[arg(long, value_name = "SIZE", value_parser = strata::storage::parse_size)]
+    pub(crate) sort_memory: Option<u64>,
+    /// Sorted runs merged at once (default 16; under 2 is refused)
+    #[arg(long, value_name = "N")]
+    pub(crate) sort_fan_in: Option<usize>,
     /// Print JSON instead of a table
     #[arg(long)]
     pub(crate) json: bool,

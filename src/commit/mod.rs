@@ -184,6 +184,7 @@ fn take_writer_lease(store: &Store, set: &str, wait: bool, token: &str) -> Resul
 /// the directory it names; nothing below it is ever followed).
 fn validated(opts: &CommitOptions) -> Result<CommitOptions> {
     check_set_name(&opts.set)?;
+    opts.budget.check()?;
     let dir = std::fs::canonicalize(&opts.dir).map_err(|e| Error::io("resolve", &opts.dir, e))?;
     if !dir.is_dir() {
         return Err(Error::Invalid(format!(
