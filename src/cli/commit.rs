@@ -20,6 +20,7 @@ pub(crate) fn commit(store: &Store, a: CommitArgs) -> Result<i32> {
     opts.force_base = a.base;
     opts.wait = a.wait;
     opts.skip_unreadable = a.skip_unreadable;
+    opts.listed = a.paths_from.is_some();
     opts.budget = sort_budget(&a);
     let progress = Arc::new(Progress::default());
     let bar =
