@@ -38,6 +38,11 @@ pub(crate) enum Cmd {
     History(HistoryArgs),
     /// Re-hash everything reachable; exit 1 listing each problem
     Verify(VerifyArgs),
+    /// Walk a generation's ancestry down its parent bindings (exit 0
+    /// complete or parent retired, 1 broken binding, 4 budget exceeded)
+    Lineage(LineageArgs),
+    /// Print a generation's manifest as JSON (--redacted: safe to hand out)
+    Manifest(ManifestArgs),
     /// List the sets of the store
     Sets(JsonArg),
     /// List read pins with holder and liveness (held, unheld, invalid)
@@ -303,6 +308,36 @@ pub(crate) struct VerifyArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct LineageArgs {
+    /// The set (one of `strata sets`)
+    #[arg(long)]
+    pub(crate) set: String,
+    /// Start from this generation (default: latest)
+    #[arg(long)]
+    pub(crate) gen: Option<u64>,
+    /// Examine at most K generations (at most 100000)
+    #[arg(long, value_name = "K", default_value_t = strata::lineage::DEFAULT_BUDGET)]
+    pub(crate) budget: u64,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct ManifestArgs {
+    /// The set (one of `strata sets`)
+    #[arg(long)]
+    pub(crate) set: String,
+    /// Generation number (default: latest)
+    #[arg(long)]
+    pub(crate) gen: Option<u64>,
+    /// Only digests, counts, sizes, lineage and a coverage summary: no
+    /// path, key, prefix, set name or message
+    #[arg(long)]
+    pub(crate) redacted: bool,
 }
 
 #[derive(Args)]
