@@ -12,7 +12,7 @@
 
 use crate::compose::load_manifest;
 use crate::error::{Error, Result};
-use crate::format::manifest::{Manifest, RepKind};
+use crate::format::manifest::{Manifest, ParentBinding, RepKind};
 use crate::format::record::{IndexRecord, State};
 use crate::index::GenIndex;
 use crate::store::Store;
@@ -187,46 +187,58 @@ fn record_parent_problem(record: &IndexRecord, named: Option<u64>) -> Option<Bro
 }
 
 fn check_parent(store: &Store, record: &IndexRecord, manifest: &Manifest) -> Result<ParentCheck> {
-    let g = record.generation;
-    let binding = match (&manifest.parent, g) {
-        (None, 1) => {
-            return Ok(match record_parent_problem(record, None) {
-                Some(b) => ParentCheck::Broken(b),
-                None => ParentCheck::First,
-            })
-        }
-        (None, _) => return Ok(ParentCheck::Broken(Broken::NoParent)),
-        (Some(p), 1) => {
-            let named = p.generation;
-            return Ok(ParentCheck::Broken(Broken::ParentOfFirst { named }));
-        }
-        (Some(p), _) if p.generation != g - 1 => {
-            let named = p.generation;
-            return Ok(ParentCheck::Broken(Broken::ParentGeneration { named }));
-        }
-        (Some(p), _) => p,
+    let binding = match named_parent(record, manifest) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(ParentCheck::First),
+        Err(b) => return Ok(ParentCheck::Broken(b)),
     };
-    let named = binding.generation;
-    if let Some(b) = record_parent_problem(record, Some(named)) {
-        return Ok(ParentCheck::Broken(b));
-    }
-    let parent = GenIndex::new(store, &record.set).newest(named)?;
+    let parent = GenIndex::new(store, &record.set).newest(binding.generation)?;
     Ok(match parent {
-        Some(p) if p.state == State::Retired => ParentCheck::Retired(named),
-        Some(p) if p.state == State::Committed => {
-            let listed = p
-                .representations
-                .iter()
-                .any(|r| r.state != State::Prepared && r.manifest == binding.manifest);
-            match listed {
-                true => ParentCheck::Bound(p),
-                false => ParentCheck::Broken(Broken::ParentManifest {
-                    named: binding.manifest.clone(),
-                }),
-            }
-        }
-        _ => ParentCheck::Broken(Broken::ParentUnknown { named }),
+        Some(p) if p.state == State::Retired => ParentCheck::Retired(binding.generation),
+        Some(p) if p.state == State::Committed => lists(p, binding),
+        _ => ParentCheck::Broken(Broken::ParentUnknown {
+            named: binding.generation,
+        }),
     })
+}
+
+/// The parent binding, provided it names the previous generation as the
+/// index record does (`None` for generation 1, which names none).
+fn named_parent<'m>(
+    record: &IndexRecord,
+    manifest: &'m Manifest,
+) -> std::result::Result<Option<&'m ParentBinding>, Broken> {
+    let g = record.generation;
+    let named = manifest.parent.as_ref().map(|p| p.generation);
+    let broken = match (&manifest.parent, g) {
+        (Some(p), 1) => Broken::ParentOfFirst {
+            named: p.generation,
+        },
+        (Some(p), _) if p.generation != g - 1 => Broken::ParentGeneration {
+            named: p.generation,
+        },
+        (None, g) if g > 1 => Broken::NoParent,
+        (p, _) => match record_parent_problem(record, named) {
+            Some(b) => b,
+            None => return Ok(p.as_ref()),
+        },
+    };
+    Err(broken)
+}
+
+/// Bound when the parent's record lists the named manifest among its
+/// committed or retired representations.
+fn lists(parent: IndexRecord, binding: &ParentBinding) -> ParentCheck {
+    let listed = parent
+        .representations
+        .iter()
+        .any(|r| r.state != State::Prepared && r.manifest == binding.manifest);
+    match listed {
+        true => ParentCheck::Bound(parent),
+        false => ParentCheck::Broken(Broken::ParentManifest {
+            named: binding.manifest.clone(),
+        }),
+    }
 }
 
 fn base_problem(store: &Store, manifest: &Manifest) -> Result<Option<Broken>> {

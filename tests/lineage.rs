@@ -182,6 +182,36 @@ fn verify_catches_a_flipped_parent_binding() {
         out.contains("s@3: binding: parent binding missing"),
         "{out}"
     );
+
+    let (gen2, m2) = read_manifest(&st, "s", 2);
+    rewrite_manifest(&st, "s", 3, |m| {
+        m.parent = m2.parent.clone().map(|mut p| {
+            p.generation = 2;
+            p.manifest = gen2.clone();
+            p
+        })
+    });
+    ok(&strata(&st, &["verify", "--set", "s", "--all"]));
+    let record = st.join(strata::store::keys::index_record("s", 3, 2));
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(text.contains("\"parent\": 2"), "{text}");
+    std::fs::write(&record, text.replace("\"parent\": 2", "\"parent\": 1")).unwrap();
+    let out = verify_problems(&st, "s");
+    assert!(out.contains("s@3: binding: index record and manifest name different parents: record=Some(1) manifest=Some(2)"), "{out}");
+
+    let (_, st1) = generations(&t.path().join("one"), "t", 1);
+    let (own, _) = read_manifest(&st1, "t", 1);
+    rewrite_manifest(&st1, "t", 1, |m| {
+        m.parent = Some(strata::format::manifest::ParentBinding {
+            generation: 1,
+            manifest: own.clone(),
+        })
+    });
+    let out = verify_problems(&st1, "t");
+    assert!(
+        out.contains("t@1: binding: generation 1 names a parent: named=1"),
+        "{out}"
+    );
 }
 
 #[test]
