@@ -53,6 +53,14 @@ pub enum Error {
     },
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// An external sort's budget that could not bound memory or finish a
+    /// merge (`spill::SortBudget::check`); refused, never adjusted.
+    #[error("invalid sort budget: {problem}: memory_bytes={memory_bytes} fan_in={fan_in}")]
+    SortBudget {
+        problem: &'static str,
+        memory_bytes: usize,
+        fan_in: usize,
+    },
     /// A name the caller asked for does not exist: a generation the index
     /// has no committed record of, a tag, a set, a path. Never a stored
     /// object that is missing: that is [`Error::MissingObject`].
@@ -129,9 +137,10 @@ impl Error {
             | Error::NoSpace { .. }
             | Error::Remote { .. } => ErrorKind::Unavailable,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
-            Error::TooLarge { .. } | Error::Invalid(_) | Error::NewerFormat { .. } => {
-                ErrorKind::InvalidInput
-            }
+            Error::TooLarge { .. }
+            | Error::Invalid(_)
+            | Error::SortBudget { .. }
+            | Error::NewerFormat { .. } => ErrorKind::InvalidInput,
             Error::Conflict(_)
             | Error::Busy { .. }
             | Error::Fenced { .. }

@@ -12,7 +12,7 @@ use crate::compose::{GenView, Representation};
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
 use crate::format::journal::JournalReader;
-use crate::format::manifest::{BaseBinding, Counts, Manifest, ParentBinding, RepKind};
+use crate::format::manifest::{BaseBinding, Counts, Coverage, Manifest, ParentBinding, RepKind};
 use crate::format::record::{IndexRecord, RepRecord, State, RECORD_TAG, RECORD_VERSION};
 use crate::index::GenIndex;
 use crate::rep_writer::{store_manifest, RepHead, RepWriter, StagedRep};
@@ -35,8 +35,9 @@ pub struct PublishInput<'a> {
     pub force_base: bool,
     pub message: Option<String>,
     pub owner: &'a str,
-    /// Part of the covered scope was not observed (skipped unreadable paths).
-    pub partial: bool,
+    /// The observed scope, recorded in the manifest; partial when the walk
+    /// skipped unreadable paths.
+    pub coverage: Coverage,
     pub staging: &'a Path,
     pub budget: SortBudget,
     /// Leases the publication is made under; each is checked right before
@@ -84,7 +85,9 @@ struct Merged {
 fn observed_ns(input: &PublishInput<'_>, h: &crate::format::journal::JournalHeader) -> i64 {
     let whole = h.scope_count == 1 && h.scope.first().is_some_and(|s| s.is_empty());
     match input.parent {
-        Some(p) if !whole || input.partial => h.created_ns.min(p.top().manifest.observed_ns),
+        Some(p) if !whole || !input.coverage.complete => {
+            h.created_ns.min(p.top().manifest.observed_ns)
+        }
         _ => h.created_ns,
     }
 }
@@ -108,7 +111,7 @@ pub fn publish(
     check_journal_header(input, reader.header())?;
     let sort_dir = input.staging.join("sort");
     crate::storage::ensure_local_dir(&sort_dir)?;
-    let mut sorter = Sorter::new(&sort_dir, input.budget);
+    let mut sorter = Sorter::new(&sort_dir, input.budget)?;
     while let Some(row) = reader.next_row()? {
         sorter.push(row)?;
     }
@@ -406,6 +409,7 @@ fn head(input: &PublishInput<'_>, kind: RepKind, seal: Seal) -> RepHead {
         observed_ns: seal.observed_ns,
         message: input.message.clone(),
         journal: Some(seal.digest),
+        coverage: Some(input.coverage.clone()),
     }
 }
 

@@ -12,8 +12,8 @@
 
 use crate::error::{Error, Result};
 use crate::format::manifest::{
-    BaseBinding, Counts, FileRef, Manifest, ParentBinding, RepKind, SegmentRef, MANIFEST_TAG,
-    MANIFEST_VERSION, MAX_MANIFEST_BYTES,
+    BaseBinding, Counts, Coverage, FileRef, Manifest, ParentBinding, RepKind, SegmentRef,
+    MANIFEST_TAG, MANIFEST_VERSION, MAX_MANIFEST_BYTES,
 };
 use crate::format::segment::{SegmentFile, SegmentWriter};
 use crate::identity::IdentityHasher;
@@ -116,6 +116,9 @@ pub struct RepHead {
     pub message: Option<String>,
     /// Digest of the sealed journal it was published from.
     pub journal: Option<String>,
+    /// The observed scope of the generation's commit (a fold carries the
+    /// generation's over from the representation it folds).
+    pub coverage: Option<Coverage>,
 }
 
 impl StagedRep {
@@ -171,6 +174,7 @@ impl StagedRep {
             observed_ns: head.observed_ns,
             message: head.message,
             journal: head.journal,
+            coverage: head.coverage,
         })
     }
 }

@@ -18,6 +18,23 @@ pub struct SortBudget {
     pub fan_in: usize,
 }
 
+impl SortBudget {
+    /// Refuse a budget a sort cannot work with: no memory for a run, or a
+    /// fan-in under 2, which could never reduce the number of runs.
+    pub fn check(&self) -> Result<()> {
+        let problem = match (self.memory_bytes, self.fan_in) {
+            (0, _) => "the memory budget is zero",
+            (_, f) if f < 2 => "the fan-in is under 2 (a merge of fewer runs never ends)",
+            _ => return Ok(()),
+        };
+        Err(Error::SortBudget {
+            problem,
+            memory_bytes: self.memory_bytes,
+            fan_in: self.fan_in,
+        })
+    }
+}
+
 impl Default for SortBudget {
     fn default() -> Self {
         SortBudget {
@@ -41,17 +58,18 @@ fn approx_size(r: &Row) -> usize {
 }
 
 impl Sorter {
-    /// A fan-in under 2 could never reduce the number of runs; it is raised to 2.
-    pub fn new(dir: &Path, mut budget: SortBudget) -> Sorter {
-        budget.fan_in = budget.fan_in.max(2);
-        Sorter {
+    /// A sorter spilling to `dir`; an unworkable budget is refused
+    /// ([`SortBudget::check`]).
+    pub fn new(dir: &Path, budget: SortBudget) -> Result<Sorter> {
+        budget.check()?;
+        Ok(Sorter {
             dir: dir.to_path_buf(),
             budget,
             buf: Vec::new(),
             buf_bytes: 0,
             runs: Vec::new(),
             next_run: 0,
-        }
+        })
     }
 
     pub fn push(&mut self, row: Row) -> Result<()> {
@@ -235,5 +253,51 @@ impl Iterator for Sorted {
         }
         self.last = Some((row.parent.clone(), row.name.clone()));
         Some(Ok(row))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(memory_bytes: usize, fan_in: usize) -> SortBudget {
+        SortBudget {
+            memory_bytes,
+            fan_in,
+        }
+    }
+
+    #[test]
+    fn a_fan_in_under_two_or_no_memory_is_refused_not_raised() {
+        let dir = tempfile::tempdir().unwrap();
+        for (memory, fan_in, says) in [
+            (1 << 20, 0, "fan-in is under 2"),
+            (1 << 20, 1, "fan-in is under 2"),
+            (0, 16, "memory budget is zero"),
+        ] {
+            let err = Sorter::new(dir.path(), budget(memory, fan_in))
+                .err()
+                .expect("an unworkable budget is refused");
+            assert!(matches!(err, Error::SortBudget { .. }), "{err:?}");
+            assert_eq!(err.kind(), crate::error::ErrorKind::InvalidInput);
+            let msg = err.to_string();
+            assert!(msg.contains(says), "{msg}");
+            assert!(msg.contains(&format!("fan_in={fan_in}")), "{msg}");
+        }
+    }
+
+    #[test]
+    fn the_smallest_workable_budget_sorts_through_merged_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        // One row per run, merged two at a time: several merge levels.
+        let mut sorter = Sorter::new(dir.path(), budget(1, 2)).unwrap();
+        let names: Vec<Vec<u8>> = (0..9u8).rev().map(|i| vec![b'a' + i]).collect();
+        for n in &names {
+            sorter.push(Row::tombstone(Vec::new(), n.clone())).unwrap();
+        }
+        let sorted: Vec<Vec<u8>> = sorter.finish().unwrap().map(|r| r.unwrap().name).collect();
+        let mut expected = names;
+        expected.sort();
+        assert_eq!(sorted, expected);
     }
 }

@@ -1,7 +1,9 @@
 //! Verify: re-read and re-hash everything reachable from the selected
 //! generations: index records, manifests, segments (digest, schema, key
-//! order), the recomputed identity, packs (digest and trailer) and every
-//! blob a row references. Problems are collected, never fatal one by one.
+//! order), the recomputed identity, packs (digest and trailer), every blob a
+//! row references, and the bindings of each generation's manifest to its
+//! parent and base (`lineage::binding_problem`). Problems are collected,
+//! never fatal one by one.
 
 use crate::blob;
 use crate::compose::{load_manifest, GenView};
@@ -77,6 +79,10 @@ fn verify_generation(
     seen: &mut Seen,
 ) -> Result<()> {
     let view = GenView::open(store, set, Some(g), "verify")?;
+    if let Some(b) = crate::lineage::binding_problem(store, &view.pin.record, &view.top().manifest)?
+    {
+        report.problems.push(format!("{set}@{g}: binding: {b}"));
+    }
     for rep in std::iter::once(&view.base).chain(view.delta.as_ref()) {
         if seen.manifests.insert(rep.manifest_name.clone()) {
             report.manifests += 1;

@@ -382,6 +382,48 @@ fn special_files_are_skipped_with_a_counted_warning() {
 }
 
 #[test]
+fn an_unworkable_sort_budget_is_refused_before_the_commit_starts() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "f", b"x");
+    ok(&strata(&st, &["init"]));
+    let refused = |extra: &[&str], says: &str| {
+        let mut args = vec!["commit", "--set", "s"];
+        args.extend_from_slice(extra);
+        args.push(src.to_str().unwrap());
+        let o = strata(&st, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("invalid sort budget") && err.contains(says),
+            "{err}"
+        );
+    };
+    refused(&["--sort-fan-in", "1"], "fan_in=1");
+    refused(&["--sort-fan-in", "0"], "fan-in is under 2");
+    refused(&["--sort-memory", "0"], "memory budget is zero");
+    assert!(
+        !strata(&st, &["log", "--set", "s"]).status.success(),
+        "nothing was published"
+    );
+    let o = strata(
+        &st,
+        &[
+            "commit",
+            "--set",
+            "s",
+            "--sort-fan-in",
+            "2",
+            "--sort-memory",
+            "1",
+            src.to_str().unwrap(),
+        ],
+    );
+    ok(&o);
+    assert_eq!(latest(&st, "s"), 1, "the smallest workable budget commits");
+}
+
+#[test]
 fn commit_json_and_log_json_have_the_documented_fields() {
     let t = tempfile::tempdir().unwrap();
     let (src, st) = setup(t.path());

@@ -38,6 +38,11 @@ pub(crate) enum Cmd {
     History(HistoryArgs),
     /// Re-hash everything reachable; exit 1 listing each problem
     Verify(VerifyArgs),
+    /// Walk a generation's ancestry down its parent bindings (exit 0
+    /// complete or parent retired, 1 broken binding, 4 budget exceeded)
+    Lineage(LineageArgs),
+    /// Print a generation's manifest as JSON (--redacted: safe to hand out)
+    Manifest(ManifestArgs),
     /// List the sets of the store
     Sets(JsonArg),
     /// List read pins with holder and liveness (held, unheld, invalid)
@@ -237,6 +242,13 @@ pub(crate) struct CommitArgs {
     /// Record unreadable or vanishing paths as skipped instead of failing
     #[arg(long)]
     pub(crate) skip_unreadable: bool,
+    /// Memory for sorting observed rows before they spill to disk
+    /// (default 64M; 0 is refused)
+    #[arg(long, value_name = "SIZE", value_parser = strata::storage::parse_size)]
+    pub(crate) sort_memory: Option<u64>,
+    /// Sorted runs merged at once (default 16; under 2 is refused)
+    #[arg(long, value_name = "N")]
+    pub(crate) sort_fan_in: Option<usize>,
     /// Print JSON instead of a table
     #[arg(long)]
     pub(crate) json: bool,
@@ -312,6 +324,36 @@ pub(crate) struct VerifyArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct LineageArgs {
+    /// The set (one of `strata sets`)
+    #[arg(long)]
+    pub(crate) set: String,
+    /// Start from this generation (default: latest)
+    #[arg(long)]
+    pub(crate) gen: Option<u64>,
+    /// Examine at most K generations (at most 100000)
+    #[arg(long, value_name = "K", default_value_t = strata::lineage::DEFAULT_BUDGET)]
+    pub(crate) budget: u64,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct ManifestArgs {
+    /// The set (one of `strata sets`)
+    #[arg(long)]
+    pub(crate) set: String,
+    /// Generation number (default: latest)
+    #[arg(long)]
+    pub(crate) gen: Option<u64>,
+    /// Only digests, counts, sizes, lineage and a coverage summary: no
+    /// path, key, prefix, set name or message
+    #[arg(long)]
+    pub(crate) redacted: bool,
 }
 
 #[derive(Args)]

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use strata::commit::{CommitOptions, CommitSummary, Progress, Scope};
 use strata::error::{Error, Result};
+use strata::spill::SortBudget;
 use strata::store::Store;
 
 pub(crate) fn commit(store: &Store, a: CommitArgs) -> Result<i32> {
@@ -19,6 +20,8 @@ pub(crate) fn commit(store: &Store, a: CommitArgs) -> Result<i32> {
     opts.force_base = a.base;
     opts.wait = a.wait;
     opts.skip_unreadable = a.skip_unreadable;
+    opts.listed = a.paths_from.is_some();
+    opts.budget = sort_budget(&a);
     let progress = Arc::new(Progress::default());
     let bar =
         (!a.json && std::io::stderr().is_terminal()).then(|| spawn_progress(progress.clone()));
@@ -59,6 +62,17 @@ fn scope(a: &CommitArgs) -> Result<Scope> {
         return Err(Error::Invalid("--paths-from lists no path".into()));
     }
     Scope::from_paths(&paths)
+}
+
+/// The sort budget of the flags (the library refuses one it cannot use).
+fn sort_budget(a: &CommitArgs) -> SortBudget {
+    let d = SortBudget::default();
+    SortBudget {
+        memory_bytes: a
+            .sort_memory
+            .map_or(d.memory_bytes, |m| usize::try_from(m).unwrap_or(usize::MAX)),
+        fan_in: a.sort_fan_in.unwrap_or(d.fan_in),
+    }
 }
 
 type ProgressHandle = (Arc<AtomicBool>, std::thread::JoinHandle<()>);

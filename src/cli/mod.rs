@@ -11,8 +11,10 @@ mod gc;
 mod generate;
 mod history;
 mod init;
+mod lineage;
 mod log;
 mod ls;
+mod manifest;
 mod materialize;
 mod metrics;
 mod mount;
@@ -100,6 +102,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Diff(a) => diff::diff(&open(s)?, a),
         Cmd::History(a) => history::history(&open(s)?, a),
         Cmd::Verify(a) => verify::verify(&open(s)?, a),
+        Cmd::Lineage(a) => lineage::lineage(&open(s)?, a),
+        Cmd::Manifest(a) => manifest::manifest(&open(s)?, a),
         Cmd::Sets(a) => sets::sets(&open(s)?, a),
         Cmd::Pins(a) => pins::pins(&open(s)?, a),
         Cmd::Tag(a) => tag::tag(&open(s)?, a),

@@ -16,6 +16,7 @@ use crate::compose::GenView;
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
 use crate::format::journal::{JournalHeader, JournalWriter, SCOPE_IN_HEADER};
+use crate::format::manifest::Coverage;
 use crate::index::GenIndex;
 use crate::publish::{publish, ChangeStats, PublishInput, Published};
 use crate::row::normalize;
@@ -85,6 +86,9 @@ pub struct CommitOptions {
     pub force_base: bool,
     pub wait: bool,
     pub skip_unreadable: bool,
+    /// The scope's paths came from a list (`--paths-from`): the manifest
+    /// records their digest, not the paths.
+    pub listed: bool,
     pub budget: SortBudget,
 }
 
@@ -98,6 +102,7 @@ impl CommitOptions {
             force_base: false,
             wait: false,
             skip_unreadable: false,
+            listed: false,
             budget: SortBudget::default(),
         }
     }
@@ -184,6 +189,7 @@ fn take_writer_lease(store: &Store, set: &str, wait: bool, token: &str) -> Resul
 /// the directory it names; nothing below it is ever followed).
 fn validated(opts: &CommitOptions) -> Result<CommitOptions> {
     check_set_name(&opts.set)?;
+    opts.budget.check()?;
     let dir = std::fs::canonicalize(&opts.dir).map_err(|e| Error::io("resolve", &opts.dir, e))?;
     if !dir.is_dir() {
         return Err(Error::Invalid(format!(
@@ -327,7 +333,7 @@ fn observe_and_publish(
         force_base: opts.force_base,
         message: opts.message.clone(),
         owner: token,
-        partial: !summary.skipped_unreadable.is_empty(),
+        coverage: coverage(opts, summary.skipped_unreadable.len() as u64),
         staging: &staging.dir,
         budget: opts.budget,
         leases: &[writer, staging.owner()],
@@ -342,6 +348,14 @@ fn observe_and_publish(
         fill_published(summary, p);
     }
     Ok(())
+}
+
+/// The observed scope the manifest records.
+fn coverage(opts: &CommitOptions, skipped: u64) -> Coverage {
+    match &opts.scope {
+        Scope::Whole => Coverage::whole(skipped),
+        Scope::Paths(p) => Coverage::of_paths(p, opts.listed, skipped),
+    }
 }
 
 fn fill_published(summary: &mut CommitSummary, p: Published) {

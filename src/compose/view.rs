@@ -5,7 +5,7 @@
 use super::merge::Merge;
 use super::representation::{Cursor, Located, Representation, RowPos};
 use crate::error::{Error, Result};
-use crate::format::manifest::RepKind;
+use crate::format::manifest::{BaseBinding, RepKind};
 use crate::pin::Pin;
 use crate::row::{split, Kind, Row};
 use crate::store::Store;
@@ -79,16 +79,7 @@ impl GenView {
             None => (top, None),
             Some(b) => {
                 let base = Representation::open(store, &b.manifest)?;
-                if base.manifest.identity != b.identity
-                    || base.manifest.generation != b.generation
-                    || base.kind() != RepKind::Base
-                {
-                    return Err(Error::corrupt(
-                        "manifest",
-                        &top.manifest_name,
-                        "base binding does not match the base manifest",
-                    ));
-                }
+                check_base(&top, &base, b)?;
                 (base, Some(top))
             }
         };
@@ -206,6 +197,32 @@ impl GenView {
         };
         Ok(Merge::new(self.base.rows()?, delta))
     }
+}
+
+/// A delta's base binding: the base manifest is a base of the same set
+/// with the bound generation and identity.
+fn check_base(top: &Representation, base: &Representation, b: &BaseBinding) -> Result<()> {
+    if base.manifest.set != top.manifest.set {
+        return Err(Error::corrupt(
+            "manifest",
+            &top.manifest_name,
+            format!(
+                "base manifest belongs to another set: base=`{}`",
+                base.manifest_name
+            ),
+        ));
+    }
+    if base.manifest.identity != b.identity
+        || base.manifest.generation != b.generation
+        || base.kind() != RepKind::Base
+    {
+        return Err(Error::corrupt(
+            "manifest",
+            &top.manifest_name,
+            "base binding does not match the base manifest",
+        ));
+    }
+    Ok(())
 }
 
 fn check_binding(pin: &Pin, top: &Representation) -> Result<()> {

@@ -7,10 +7,14 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// 1: initial layout. 2: `chunklists` (a version 1 manifest has none).
-pub const MANIFEST_VERSION: u32 = 2;
+/// 3: `coverage` (a version 1 or 2 manifest has none: unknown).
+pub const MANIFEST_VERSION: u32 = 3;
 pub const MANIFEST_TAG: &str = "strata-manifest";
 /// Largest manifest a reader accepts.
 pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+/// Covered prefixes a manifest lists at most; a larger scope is recorded
+/// by the digest of its paths, like a `--paths-from` list.
+pub const MAX_COVERAGE_PREFIXES: usize = 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,6 +45,109 @@ pub struct BaseBinding {
 pub struct ParentBinding {
     pub generation: u64,
     pub manifest: String,
+}
+
+/// How the commit that produced a generation chose what to observe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScopeKind {
+    /// The whole tree.
+    Whole,
+    /// Listed prefixes (`--prefix`), each with its whole subtree.
+    Prefixes,
+    /// A list of paths (`--paths-from`, or more prefixes than a manifest
+    /// lists), recorded by its digest.
+    Paths,
+}
+
+/// The observed scope of the commit that produced a generation: what was
+/// looked at (the rest was inherited from the parent unchanged) and whether
+/// the walk saw all of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coverage {
+    pub scope: ScopeKind,
+    /// For `prefixes`: hex of each covered path, sorted, none under another.
+    #[serde(default)]
+    pub prefixes: Vec<String>,
+    /// For `paths`: BLAKE3 over each covered path followed by a NUL byte,
+    /// in sorted order, none under another.
+    #[serde(default)]
+    pub paths_digest: Option<String>,
+    /// Covered paths (1 for the whole tree).
+    pub covered: u64,
+    /// False when the walk skipped something (`--skip-unreadable`).
+    pub complete: bool,
+    /// Paths the walk skipped.
+    pub skipped: u64,
+}
+
+impl Coverage {
+    /// The whole tree, with `skipped` paths not observed.
+    pub fn whole(skipped: u64) -> Coverage {
+        Coverage {
+            scope: ScopeKind::Whole,
+            prefixes: Vec::new(),
+            paths_digest: None,
+            covered: 1,
+            complete: skipped == 0,
+            skipped,
+        }
+    }
+
+    /// Covered `paths` (normalized, sorted, none under another): listed as
+    /// prefixes unless they came from a list or are too many to list.
+    pub fn of_paths(paths: &[Vec<u8>], listed: bool, skipped: u64) -> Coverage {
+        let as_prefixes = !listed && paths.len() <= MAX_COVERAGE_PREFIXES;
+        let (scope, prefixes, paths_digest) = match as_prefixes {
+            true => (
+                ScopeKind::Prefixes,
+                paths.iter().map(hex::encode).collect(),
+                None,
+            ),
+            false => (ScopeKind::Paths, Vec::new(), Some(paths_digest(paths))),
+        };
+        Coverage {
+            scope,
+            prefixes,
+            paths_digest,
+            covered: paths.len() as u64,
+            complete: skipped == 0,
+            skipped,
+        }
+    }
+
+    /// True for the whole tree, walked without skipping anything.
+    pub fn is_whole_and_complete(&self) -> bool {
+        self.scope == ScopeKind::Whole && self.complete
+    }
+
+    fn consistent(&self) -> bool {
+        let shape = match self.scope {
+            ScopeKind::Whole => {
+                self.prefixes.is_empty() && self.paths_digest.is_none() && self.covered == 1
+            }
+            ScopeKind::Prefixes => {
+                self.paths_digest.is_none()
+                    && self.prefixes.len() as u64 == self.covered
+                    && self.prefixes.len() <= MAX_COVERAGE_PREFIXES
+                    && self.prefixes.iter().all(|p| hex::decode(p).is_ok())
+            }
+            ScopeKind::Paths => {
+                self.prefixes.is_empty() && self.paths_digest.as_deref().is_some_and(is_digest_name)
+            }
+        };
+        shape && self.complete == (self.skipped == 0)
+    }
+}
+
+/// BLAKE3 over each path followed by a NUL byte (the `paths` digest).
+pub fn paths_digest(paths: &[Vec<u8>]) -> String {
+    let mut h = blake3::Hasher::new();
+    for p in paths {
+        h.update(p);
+        h.update(&[0]);
+    }
+    h.finalize().to_hex().to_string()
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +210,10 @@ pub struct Manifest {
     /// BLAKE3 seal of the journal this was published from.
     #[serde(default)]
     pub journal: Option<String>,
+    /// The observed scope of the commit that produced the generation
+    /// (version 3; `None`: unknown, a manifest written before it).
+    #[serde(default)]
+    pub coverage: Option<Coverage>,
 }
 
 /// True for a 64-character lowercase hex digest (every stored object name).
@@ -168,6 +279,13 @@ impl Manifest {
                 "manifest",
                 name,
                 "base binding inconsistent with representation",
+            ));
+        }
+        if self.coverage.as_ref().is_some_and(|c| !c.consistent()) {
+            return Err(Error::corrupt(
+                "manifest",
+                name,
+                "coverage inconsistent (scope, prefixes, digest, counts)",
             ));
         }
         Ok(())

@@ -99,5 +99,6 @@ fn base_head(view: &GenView) -> RepHead {
         observed_ns: top.observed_ns,
         message: top.message.clone(),
         journal: None,
+        coverage: top.coverage.clone(),
     }
 }

@@ -248,3 +248,64 @@ pub fn sealed_journal(path: &Path, rows: &[strata::row::Row]) -> Vec<u8> {
     w.seal().unwrap();
     fs::read(path).unwrap()
 }
+
+/// The manifest that generation `gen` of `set` reads through, in the local
+/// store at `st`, with its name.
+pub fn read_manifest(
+    st: &Path,
+    set: &str,
+    gen: u64,
+) -> (String, strata::format::manifest::Manifest) {
+    let record = newest_record(st, set, gen);
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&record).unwrap()).unwrap();
+    let reps = v["representations"].as_array().unwrap();
+    let rep = reps
+        .iter()
+        .filter(|r| r["state"] == "COMMITTED")
+        .max_by_key(|r| r["kind"] == "base")
+        .unwrap();
+    let name = rep["manifest"].as_str().unwrap().to_string();
+    let bytes = fs::read(st.join(strata::store::keys::manifest(&name))).unwrap();
+    let m = strata::format::manifest::Manifest::decode(&name, &bytes).unwrap();
+    (name, m)
+}
+
+fn newest_record(st: &Path, set: &str, gen: u64) -> PathBuf {
+    (1..)
+        .map(|v| st.join(strata::store::keys::index_record(set, gen, v)))
+        .take_while(|p| p.exists())
+        .last()
+        .unwrap()
+}
+
+/// Rewrite what generation `gen` of `set` (local store `st`) reads through:
+/// `edit` its manifest, store the result under its new digest and point
+/// every index record of the generation at it (records are not named by
+/// their digest). Returns the new manifest name. For tests that plant a
+/// wrong binding behind a valid digest.
+pub fn rewrite_manifest(
+    st: &Path,
+    set: &str,
+    gen: u64,
+    edit: impl FnOnce(&mut strata::format::manifest::Manifest),
+) -> String {
+    let (old, mut m) = read_manifest(st, set, gen);
+    edit(&mut m);
+    let name = store_manifest_file(st, &m);
+    for v in (1..).take_while(|&v| {
+        st.join(strata::store::keys::index_record(set, gen, v))
+            .exists()
+    }) {
+        let path = st.join(strata::store::keys::index_record(set, gen, v));
+        let text = fs::read_to_string(&path).unwrap();
+        fs::write(&path, text.replace(&old, &name)).unwrap();
+    }
+    name
+}
+
+/// Store `m` in the local store `st` under its digest; its name.
+pub fn store_manifest_file(st: &Path, m: &strata::format::manifest::Manifest) -> String {
+    let (bytes, name) = m.encode().unwrap();
+    fs::write(st.join(strata::store::keys::manifest(&name)), bytes).unwrap();
+    name
+}
