@@ -215,7 +215,9 @@ impl Tasks {
         }
     }
 
-    fn newest_live(&self, id: &str) -> Result<Option<TaskRecord>> {
+    /// Newest record of task `id`'s live chain under `tasks/` (`None` once
+    /// compacted, even where a store still lists its emptied prefix).
+    pub fn newest_live(&self, id: &str) -> Result<Option<TaskRecord>> {
         check_task_id(id)?;
         versioned::newest(|v| self.try_record(id, v))
     }

@@ -40,7 +40,8 @@ store() { # STORE_ARGS for store $1
 }
 A=($(store a)) B=($(store b))
 requests_of() { # total remote requests printed by a CLI run's STRATA_REQUEST_STATS line
-    grep -o 'requests: .*' "$1" | tr ' ' '\n' | awk -F= '/=/ {s += $2} END {print s + 0}'
+    grep -o 'requests: .*' "$1" | tr ' ' '\n' \
+        | awk -F= '$1 ~ /^(get|get_range|head|put|list|delete)$/ {s += $2} END {print s + 0}'
 }
 daemon_requests() { # total remote requests of the daemon serving store $1
     local args=($(store "$1"))
@@ -69,6 +70,7 @@ out = sys.argv[3]
 os.makedirs(out, exist_ok=True)
 for i in range(1, int(sys.argv[2])):
     t["id"] = f"materialize-s-1-{i:016x}"
+    t["record"] = 1
     with open(os.path.join(out, t["id"]), "w") as f:
         json.dump(t, f, indent=1)
 EOF
@@ -96,6 +98,8 @@ compaction_s=$((t1 - t0)); compaction_req=$((r1 - r0))
 compacted=$(count --all)
 live=$(count)
 after=$(per_minute a)
+sleep "${SETTLE:-120}"
+later=$(per_minute a)
 STRATA_REQUEST_STATS=1 "$STRATA" "${A[@]}" tasks >/dev/null 2>"$WORK/list-after.err"
 list_after=$(requests_of "$WORK/list-after.err")
 "$STRATA" "${A[@]}" unmount --lazy "$WORK/mnt-a" >/dev/null
@@ -111,6 +115,7 @@ baseline=$(per_minute b)
     echo "| one \`strata tasks\` listing, $N finished tasks uncompacted | $list_before |"
     echo "| daemon's first scan: compacting them ($compaction_s s, polled every 5 s) | $compaction_req |"
     echo "| daemon after compaction ($live live, $compacted compacted), per minute | $after |"
+    echo "| the same daemon ${SETTLE:-120} s later, per minute | $later |"
     echo "| daemon, store with 1 finished task, per minute | $baseline |"
     echo "| one \`strata tasks\` listing after compaction | $list_after |"
 } | tee "$RESULTS"
