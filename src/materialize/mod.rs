@@ -23,7 +23,12 @@
 //! A failed attempt records RETRY_WAIT with backoff (FAILED after
 //! [`MAX_ATTEMPTS`]); a dead attempt (lease unheld) is taken over with
 //! attempt + 1, its staging removed. A takeover after OUTPUT_READY reuses the
-//! recorded, re-verified output instead of writing a second copy.
+//! recorded, re-verified output instead of writing a second copy. A task
+//! that ends without publishing withdraws its PREPARED representation
+//! first; a refusal before the claim (the disk budget) is recorded with a
+//! backoff; a [`Cancel`] stops an attempt at its checkpoints (between row
+//! groups, before PREPARED) with RETRY_WAIT due at once; waits are bounded
+//! by [`MAX_WAIT`]. `recover.rs` drives every task to a final state.
 
 mod fold;
 mod plan;
@@ -80,6 +85,7 @@ impl Cancel {
         }
     }
 }
+
 /// What to materialize.
 #[derive(Debug, Clone)]
 pub struct MaterializeOptions {
