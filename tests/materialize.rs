@@ -547,3 +547,39 @@ fn compacted_records_go_after_their_keep_period_and_a_resurrection_is_refused() 
     );
     assert!(tasks.compacted().unwrap().is_empty());
 }
+
+#[test]
+fn a_task_with_no_readable_record_holds_back_its_generation_named_by_its_id() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = delta_store(t.path());
+    let store = strata::Store::open_local(&st).unwrap();
+    let delta = GenView::open(&store, "s", Some(2), "t")
+        .unwrap()
+        .top()
+        .manifest_name
+        .clone();
+    ok(&strata(&st, &["materialize", "--set", "s", "--plan"]));
+    let id = task_json(&st)["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        strata::task::target_of_id(&store, &id).unwrap(),
+        [("s".to_string(), 2)]
+    );
+    fs::write(st.join(strata::store::keys::task_record(&id, 1)), b"\xff").unwrap();
+    write(&src, "d0/f0", b"generation 3");
+    settle();
+    commit_dir(&store, "s", &src);
+    ok(&strata(&st, &["retain", "--set", "s", "--keep-last", "1"]));
+    for _ in 0..2 {
+        let out = ok(&strata(&st, &["sweep", "--grace", "0s"]));
+        assert!(out.contains("held back"), "{out}");
+    }
+    assert!(
+        gen_dir_exists(&st, &delta),
+        "held back by the id's generation"
+    );
+    ok(&strata(&st, &["tasks", "--quarantine", &id]));
+    for _ in 0..2 {
+        ok(&strata(&st, &["sweep", "--grace", "0s"]));
+    }
+    assert!(!gen_dir_exists(&st, &delta));
+}
