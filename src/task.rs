@@ -406,7 +406,7 @@ impl Tasks {
                 continue;
             }
             let expired = match self.done(id) {
-                Ok(Some(t)) => now_ns.saturating_sub(t.written_ns) as u128 > keep.as_nanos(),
+                Ok(Some(t)) => now_ns.saturating_sub(t.written_ns).max(0) as u128 > keep.as_nanos(),
                 Ok(None) => false,
                 Err(e) if e.kind() == crate::error::ErrorKind::Corrupt => {
                     tracing::warn!(

@@ -160,7 +160,7 @@ impl Materializer {
             match self.attempt(set, generation)? {
                 Err(e) if e.kind() == strata::ErrorKind::Conflict => match bound {
                     Some(b) if start.elapsed() < b && !self.cancel.is_cancelled() => {
-                        std::thread::sleep(POLL.min(b - start.elapsed()));
+                        std::thread::sleep(POLL.min(b.saturating_sub(start.elapsed())));
                     }
                     Some(_) => {
                         return Err(DaemonError::Materialize {
