@@ -258,8 +258,7 @@ fn a_source_swept_before_protection_retires_the_task() {
 fn a_cancelled_task_changes_nothing_and_a_new_one_can_follow() {
     let t = tempfile::tempdir().unwrap();
     let (_src, st) = delta_store(t.path());
-    ok(&strata(&st, &["materialize", "--set", "s", "--plan"]));
-    let id = task_json(&st)["id"].as_str().unwrap().to_string();
+    let id = planned_task(&st);
     ok(&strata(&st, &["tasks", "--cancel", &id]));
     assert_eq!(task_json(&st)["state"], "CANCELLED");
     assert_eq!(representation(&st, 2), RepKind::Delta);
@@ -310,6 +309,25 @@ fn no_prepared_rep(st: &Path, generation: u64) -> bool {
         .all(|x| x.state != strata::format::record::State::Prepared)
 }
 
+/// Generation 2's (delta) manifest.
+fn delta_manifest(store: &strata::Store) -> String {
+    let view = GenView::open(store, "s", Some(2), "t").unwrap();
+    view.top().manifest_name.clone()
+}
+
+/// Commit a change as generation 3, superseding generation 2.
+fn commit_generation_3(store: &strata::Store, src: &Path) {
+    write(src, "d0/f0", b"generation 3");
+    settle();
+    commit_dir(store, "s", src);
+}
+
+/// Plan the materialization of latest; the task's id.
+fn planned_task(st: &Path) -> String {
+    ok(&strata(st, &["materialize", "--set", "s", "--plan"]));
+    task_json(st)["id"].as_str().unwrap().to_string()
+}
+
 /// Run one recovery scan; its JSON report.
 fn recover(st: &Path) -> serde_json::Value {
     let o = strata(st, &["tasks", "--recover", "--json"]);
@@ -330,17 +348,11 @@ fn after_a_kill_at_every_step_a_scan_ends_the_task_and_retention_retires_the_gen
         let t = tempfile::tempdir().unwrap();
         let (src, st) = delta_store(t.path());
         let store = strata::Store::open_local(&st).unwrap();
-        let delta = GenView::open(&store, "s", Some(2), "t")
-            .unwrap()
-            .top()
-            .manifest_name
-            .clone();
+        let delta = delta_manifest(&store);
         let spec = format!("{}=kill", step.name());
         let o = strata_failing(&st, &["materialize", "--set", "s", "--in-process"], &spec);
         assert_eq!(o.status.signal(), Some(9), "killed at {step}");
-        write(&src, "d0/f0", b"generation 3");
-        settle();
-        commit_dir(&store, "s", &src);
+        commit_generation_3(&store, &src);
         let report = recover(&st);
         assert_eq!(report["scanned"], 1, "{step}: {report}");
         let state = report["tasks"][0]["state"].as_str().unwrap();
@@ -463,18 +475,11 @@ fn a_corrupt_task_record_is_reported_holds_back_only_its_sources_and_is_quaranti
     let t = tempfile::tempdir().unwrap();
     let (src, st) = delta_store(t.path());
     let store = strata::Store::open_local(&st).unwrap();
-    let delta = GenView::open(&store, "s", Some(2), "t")
-        .unwrap()
-        .top()
-        .manifest_name
-        .clone();
-    ok(&strata(&st, &["materialize", "--set", "s", "--plan"]));
-    let id = task_json(&st)["id"].as_str().unwrap().to_string();
+    let delta = delta_manifest(&store);
+    let id = planned_task(&st);
     let bad = st.join(strata::store::keys::task_record(&id, 2));
     fs::write(&bad, b"{ not a task record").unwrap();
-    write(&src, "d0/f0", b"generation 3");
-    settle();
-    commit_dir(&store, "s", &src);
+    commit_generation_3(&store, &src);
     ok(&strata(&st, &["retain", "--set", "s", "--keep-last", "1"]));
     let listed = strata(&st, &["tasks"]);
     let err = String::from_utf8_lossy(&listed.stderr);
@@ -510,8 +515,7 @@ fn a_corrupt_task_record_is_reported_holds_back_only_its_sources_and_is_quaranti
 fn a_readable_task_is_not_quarantined() {
     let t = tempfile::tempdir().unwrap();
     let (_src, st) = delta_store(t.path());
-    ok(&strata(&st, &["materialize", "--set", "s", "--plan"]));
-    let id = task_json(&st)["id"].as_str().unwrap().to_string();
+    let id = planned_task(&st);
     let o = strata(&st, &["tasks", "--quarantine", &id]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
 }
@@ -553,21 +557,14 @@ fn a_task_with_no_readable_record_holds_back_its_generation_named_by_its_id() {
     let t = tempfile::tempdir().unwrap();
     let (src, st) = delta_store(t.path());
     let store = strata::Store::open_local(&st).unwrap();
-    let delta = GenView::open(&store, "s", Some(2), "t")
-        .unwrap()
-        .top()
-        .manifest_name
-        .clone();
-    ok(&strata(&st, &["materialize", "--set", "s", "--plan"]));
-    let id = task_json(&st)["id"].as_str().unwrap().to_string();
+    let delta = delta_manifest(&store);
+    let id = planned_task(&st);
     assert_eq!(
         strata::task::target_of_id(&store, &id).unwrap(),
         [("s".to_string(), 2)]
     );
     fs::write(st.join(strata::store::keys::task_record(&id, 1)), b"\xff").unwrap();
-    write(&src, "d0/f0", b"generation 3");
-    settle();
-    commit_dir(&store, "s", &src);
+    commit_generation_3(&store, &src);
     ok(&strata(&st, &["retain", "--set", "s", "--keep-last", "1"]));
     for _ in 0..2 {
         let out = ok(&strata(&st, &["sweep", "--grace", "0s"]));
