@@ -6,8 +6,8 @@
 //! directory for a local store, the cache directory for a remote one). The
 //! first open of a chunked file is served by FUSE reads of its chunks while
 //! a background thread assembles the copy: it sizes a temporary file, writes
-//! each data extent at its offset (holes stay holes), and renames it into
-//! place. Later opens pass it through.
+//! each data extent at its offset (holes stay holes), fsyncs it and renames
+//! it into place. Later opens pass it through.
 //!
 //! Every chunk is verified as it is read, so a copy this process assembled
 //! is served as verified; a copy found from an earlier process is hashed in
@@ -167,6 +167,9 @@ impl Assembled {
         self.evict(list.size);
         let made = crate::token::create_private(&tmp).and_then(|file| {
             crate::chunks::write_sparse(store, list, &file, &name)?;
+            // Durable before its name: a power cut never leaves a torn copy
+            // under a content name (which `--verify off` would serve).
+            file.sync_all().ctx("fsync", &tmp)?;
             fs::rename(&tmp, self.path(&digest)).ctx("rename", &tmp)
         });
         let mut st = self.lock();

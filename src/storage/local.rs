@@ -114,24 +114,48 @@ pub(crate) fn write_new_file(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Write `bytes` to a new file at `path` (mode 0600), not yet synced.
-fn write_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
+fn write_unsynced(path: &Path, bytes: &[u8]) -> Result<File> {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)
         .ctx("create", path)?;
-    f.write_all(bytes).ctx("write", path)
+    f.write_all(bytes).ctx("write", path)?;
+    Ok(f)
 }
 
-/// Flush every write of the filesystem holding `dir` (one sync for many
-/// new files).
-fn syncfs(dir: &Path) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    let f = File::open(dir).ctx("open", dir)?;
+/// Filesystems whose `syncfs` makes every file written before it durable
+/// (ext4, XFS, Btrfs, F2FS, ZFS). Elsewhere it can return having synced
+/// nothing: a FUSE filesystem other than virtiofs never hears of it.
+const SYNCFS_DURABLE: [i64; 5] = [0xEF53, 0x5846_5342, 0x9123_683E, 0xF2F5_2010, 0x2FC1_2FC1];
+
+/// Whether one `syncfs` of `dir`'s filesystem makes its files durable.
+fn syncfs_is_durable(dir: &Path) -> Result<bool> {
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid("nul in path".into()))?;
+    // SAFETY: `c` is a valid path; `st` a valid out pointer.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(Error::io("statfs", dir, io::Error::last_os_error()));
+    }
+    Ok(SYNCFS_DURABLE.contains(&(st.f_type as i64)))
+}
+
+/// Make the new files `written` (all under `root`) durable: one `syncfs`
+/// where that is a barrier for them, an `fsync` each elsewhere.
+fn sync_written(root: &Path, written: Vec<(File, &Path)>) -> Result<()> {
+    if !syncfs_is_durable(root)? {
+        for (f, path) in written {
+            f.sync_all().ctx("fsync", path)?;
+        }
+        return Ok(());
+    }
+    drop(written);
+    let f = File::open(root).ctx("open", root)?;
     // SAFETY: `f` is an open descriptor for the duration of the call.
     if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
-        return Err(Error::io("syncfs", dir, io::Error::last_os_error()));
+        return Err(Error::io("syncfs", root, io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -332,14 +356,16 @@ impl Storage for LocalStorage {
 
     fn put_many_if_absent(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<PutOutcome>> {
         let mut temps = Vec::with_capacity(items.len());
-        for (key, bytes) in items {
+        for (key, _) in items {
             let path = self.path(key);
             self.ensure_parent(&path)?;
-            let tmp = self.temp_path(&path);
-            write_unsynced(&tmp, bytes)?;
-            temps.push((tmp, path));
+            temps.push((self.temp_path(&path), path));
         }
-        syncfs(&self.root)?;
+        let mut written = Vec::with_capacity(items.len());
+        for ((tmp, _), (_, bytes)) in temps.iter().zip(items) {
+            written.push((write_unsynced(tmp, bytes)?, tmp.as_path()));
+        }
+        sync_written(&self.root, written)?;
         let mut outcomes = Vec::with_capacity(items.len());
         let mut dirs = std::collections::BTreeSet::new();
         for (tmp, path) in &temps {

@@ -30,6 +30,7 @@ pub fn mountd_bin() -> &'static str {
 fn sibling(name: &str) -> String {
     let known = option_env!("CARGO_BIN_EXE_strata")
         .or(option_env!("CARGO_BIN_EXE_strata-mountd"))
+        .or(option_env!("CARGO_BIN_EXE_lazyfs"))
         .expect("cargo names a workspace binary to every test");
     Path::new(known)
         .with_file_name(name)
