@@ -293,6 +293,9 @@ impl LocalStorage {
         let file = crate::token::create_private(&tmp)?;
         flock(&file, false).ctx("flock", &tmp)?;
         file.write_all_at(holder.as_bytes(), 0).ctx("write", &tmp)?;
+        // The holder's record is durable before its name: a power cut must
+        // not leave a pin whose body names no one (docs/FORMAT.md, "Order of writes").
+        file.sync_data().ctx("fsync", &tmp)?;
         if !rename_noreplace(&tmp, path)? {
             fs::remove_file(&tmp).ctx("unlink", &tmp)?;
             return Ok(None);
