@@ -31,6 +31,7 @@ pub mod pin;
 pub mod publish;
 pub mod redact;
 pub mod rep_writer;
+pub mod resumable;
 pub mod retain;
 pub mod row;
 pub mod spill;

@@ -47,6 +47,8 @@ pub struct StoreStatus {
     pub pins: usize,
     /// Task records that do not parse (`strata tasks --quarantine`).
     pub corrupt_tasks: Vec<crate::task::CorruptTask>,
+    /// Sealed journals of interrupted commits the next commit may resume.
+    pub resumable_journals: Vec<crate::resumable::Resumable>,
 }
 
 /// The figures of every set of the store.
@@ -63,6 +65,7 @@ pub fn status(store: &Store) -> Result<StoreStatus> {
         held_pins: pins.iter().filter(|p| p.state == PinState::Held).count(),
         pins: pins.len(),
         corrupt_tasks: tasks.corrupt,
+        resumable_journals: crate::resumable::list(store, None)?,
     })
 }
 

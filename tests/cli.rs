@@ -1050,3 +1050,111 @@ fn every_command_explains_bad_input() {
     fs::create_dir(&plain).unwrap();
     expect(&st, &["unmount", plain.to_str().unwrap()], 2, "not mounted");
 }
+
+/// The JSON summary of a commit of `src` into set `s`.
+fn commit_json(st: &Path, src: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["commit", "--set", "s", "--json"];
+    args.extend_from_slice(extra);
+    args.push(src.to_str().unwrap());
+    serde_json::from_str(&ok(&strata(st, &args))).unwrap()
+}
+
+/// A store whose first commit of `src` was killed once its journal was
+/// sealed; (src, store).
+fn killed_after_seal(t: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (src, st) = (t.join("src"), t.join("store"));
+    for i in 0..40 {
+        write(&src, &format!("d{}/f{i}", i % 4), &noise(i, 2000));
+    }
+    write(&src, "large", &noise(99, 3 << 20));
+    settle();
+    ok(&strata(&st, &["init"]));
+    let o = strata_failing(
+        &st,
+        &["commit", "--set", "s", src.to_str().unwrap()],
+        "journal-sealed=kill",
+    );
+    assert_eq!(o.status.signal(), Some(9));
+    (src, st)
+}
+
+fn resumable(st: &Path) -> Vec<serde_json::Value> {
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(&strata(st, &["status", "--json"]))).unwrap();
+    status["resumable_journals"].as_array().unwrap().clone()
+}
+
+#[test]
+fn an_interrupted_commit_resumes_from_its_sealed_journal_reading_nothing_again() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = killed_after_seal(t.path());
+    let listed = resumable(&st);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["generation"], 1);
+    // Sweeps keep what the journal names while it is resumable.
+    for _ in 0..2 {
+        ok(&strata(&st, &["sweep", "--grace", "0s"]));
+    }
+    let s = commit_json(&st, &src, &[]);
+    assert_eq!(s["resumed_from"], listed[0]["token"], "{s}");
+    assert_eq!(s["hashed_files"], 0, "{s}");
+    assert_eq!(s["resumed_files"], 41, "{s}");
+    assert_eq!(s["generation"], 1);
+    verify_clean(&st);
+    let store = strata::Store::open_local(&st).unwrap();
+    assert!(snapshot_gen(&store, "s", Some(1)) == snapshot_dir(&src));
+    assert!(resumable(&st).is_empty(), "the resumed journal is gone");
+    assert_eq!(fs::read_dir(st.join("journals/s")).unwrap().count(), 0);
+}
+
+#[test]
+fn resuming_reads_again_exactly_the_files_whose_stat_changed() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = killed_after_seal(t.path());
+    write(&src, "d1/f1", b"changed after the crash");
+    write(&src, "d2/new", b"new after the crash");
+    let s = commit_json(&st, &src, &[]);
+    assert!(s["resumed_from"].is_string(), "{s}");
+    assert_eq!(s["hashed_files"], 2, "{s}");
+    verify_clean(&st);
+    let got = ok(&strata(&st, &["cat", "--set", "s", "d1/f1"]));
+    assert_eq!(got, "changed after the crash");
+    let store = strata::Store::open_local(&st).unwrap();
+    assert!(snapshot_gen(&store, "s", Some(1)) == snapshot_dir(&src));
+}
+
+#[test]
+fn no_resume_starts_fresh_and_a_journal_on_an_older_parent_is_dropped() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = killed_after_seal(t.path());
+    let s = commit_json(&st, &src, &["--no-resume"]);
+    assert!(s["resumed_from"].is_null(), "{s}");
+    assert_eq!(s["hashed_files"], 41, "{s}");
+    // The dead journal was observed on no parent; generation 1 exists now.
+    assert!(resumable(&st).is_empty());
+    write(&src, "d0/f0", b"next");
+    let s = commit_json(&st, &src, &[]);
+    assert!(s["resumed_from"].is_null(), "{s}");
+    assert_eq!(fs::read_dir(st.join("journals/s")).unwrap().count(), 0);
+    verify_clean(&st);
+}
+
+#[test]
+fn an_unsealed_journal_is_never_resumed() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    write(&src, "a", b"a");
+    settle();
+    ok(&strata(&st, &["init"]));
+    let o = strata_failing(
+        &st,
+        &["commit", "--set", "s", src.to_str().unwrap()],
+        "blobs-durable=kill",
+    );
+    assert_eq!(o.status.signal(), Some(9));
+    assert!(resumable(&st).is_empty());
+    let s = commit_json(&st, &src, &[]);
+    assert!(s["resumed_from"].is_null(), "{s}");
+    assert_eq!(s["hashed_files"], 1, "{s}");
+    verify_clean(&st);
+}

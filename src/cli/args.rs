@@ -242,6 +242,10 @@ pub(crate) struct CommitArgs {
     /// Record unreadable or vanishing paths as skipped instead of failing
     #[arg(long)]
     pub(crate) skip_unreadable: bool,
+    /// Start fresh even if an interrupted commit of this set left a
+    /// journal to resume from
+    #[arg(long)]
+    pub(crate) no_resume: bool,
     /// Memory for sorting observed rows before they spill to disk
     /// (default 64M; 0 is refused)
     #[arg(long, value_name = "SIZE", value_parser = strata::storage::parse_size)]

@@ -20,6 +20,7 @@ pub(crate) fn commit(store: &Store, a: CommitArgs) -> Result<i32> {
     opts.force_base = a.base;
     opts.wait = a.wait;
     opts.skip_unreadable = a.skip_unreadable;
+    opts.resume = !a.no_resume;
     opts.listed = a.paths_from.is_some();
     opts.budget = sort_budget(&a);
     let progress = Arc::new(Progress::default());
@@ -110,6 +111,15 @@ fn print_commit(s: &CommitSummary) {
             s.set,
             s.parent.map_or("-".into(), |p| p.to_string())
         ),
+    }
+    if let Some(token) = &s.resumed_from {
+        println!(
+            "  resumed the interrupted commit {token}: {} file(s) taken from its journal unread",
+            s.resumed_files
+        );
+    }
+    if let Some(why) = &s.not_resumed {
+        println!("  started fresh, not resumed: {why}");
     }
     let c = &s.changes;
     println!(

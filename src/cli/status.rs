@@ -37,7 +37,8 @@ pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
         return print_json(
             &serde_json::json!({ "store": root, "sets": sets, "pins": { "held": held, "total": status.pins },
                 "space": space, "dedup_ratio": dedup, "last_sweep": last, "daemons": daemons,
-                "corrupt_tasks": status.corrupt_tasks }),
+                "corrupt_tasks": status.corrupt_tasks,
+                "resumable_journals": status.resumable_journals }),
         );
     }
     println!(
@@ -51,6 +52,17 @@ pub(crate) fn status(store: &Store, root: &Path, a: JsonArg) -> Result<i32> {
         println!(
             "corrupt task record: key={} (see `strata tasks --quarantine {}`): {}",
             c.key, c.id, c.error
+        );
+    }
+    for j in &status.resumable_journals {
+        println!(
+            "resumable commit: set {} generation {} (journal {}), kept {} h more; \
+             the next `strata commit --set {}` resumes it, `--no-resume` starts fresh",
+            j.set,
+            j.generation,
+            j.token,
+            j.expires_in_s.div_ceil(3600),
+            j.set
         );
     }
     match &sweep {

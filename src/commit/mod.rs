@@ -10,6 +10,7 @@
 mod beneath;
 mod ingest;
 mod large;
+mod resume;
 mod walk;
 
 use crate::compose::GenView;
@@ -90,6 +91,9 @@ pub struct CommitOptions {
     /// records their digest, not the paths.
     pub listed: bool,
     pub budget: SortBudget,
+    /// Resume from a dead commit's sealed journal when one fits
+    /// (`crate::resumable`); `--no-resume` clears it.
+    pub resume: bool,
 }
 
 impl CommitOptions {
@@ -104,6 +108,7 @@ impl CommitOptions {
             skip_unreadable: false,
             listed: false,
             budget: SortBudget::default(),
+            resume: true,
         }
     }
 }
@@ -123,6 +128,8 @@ pub(crate) struct WalkStats {
     pub entries: u64,
     pub unchanged_files: u64,
     pub special: u64,
+    /// Files whose content came from a resumed journal without a read.
+    pub reused: u64,
     pub warnings: Vec<String>,
     pub problems: Vec<String>,
 }
@@ -144,6 +151,12 @@ pub struct CommitSummary {
     pub skipped_special: u64,
     pub skipped_unreadable: Vec<String>,
     pub warnings: Vec<String>,
+    /// The dead commit's journal this one resumed from (its token).
+    pub resumed_from: Option<String>,
+    /// Files whose content was taken from that journal without a read.
+    pub resumed_files: u64,
+    /// Why no resumable journal was used, when one existed.
+    pub not_resumed: Option<String>,
     /// Time spent walking and ingesting (ends when the journal is sealed).
     pub observe_ms: u64,
     /// Time spent sorting, merging, writing and committing.
@@ -151,20 +164,10 @@ pub struct CommitSummary {
     pub duration_ms: u64,
 }
 
-/// Remove staging and journals of attempts whose owner lease is unheld.
+/// Remove staging of attempts whose owner lease is unheld, and the
+/// journals of `set` no commit can resume (`crate::resumable::clean`).
 pub fn clean_residue(store: &Store, set: &str) -> Result<u64> {
-    let storage = store.storage();
-    let mut cleaned = crate::staging::reclaim_unheld(store)?;
-    for name in storage.list(&keys::journal_dir(set))? {
-        let Some(token) = name.strip_suffix(".journal") else {
-            continue;
-        };
-        if !crate::staging::is_held(store, token)? {
-            storage.delete(&format!("{}/{name}", keys::journal_dir(set)))?;
-            cleaned += 1;
-        }
-    }
-    Ok(cleaned)
+    Ok(crate::staging::reclaim_unheld(store)? + crate::resumable::clean(store, set)?)
 }
 
 fn take_writer_lease(store: &Store, set: &str, wait: bool, token: &str) -> Result<Box<dyn Lease>> {
@@ -221,7 +224,6 @@ pub fn commit(
     let opts = &validated(opts)?;
     let token = crate::token::new_token();
     let writer_lease = take_writer_lease(store, &opts.set, opts.wait, &token)?;
-    clean_residue(store, &opts.set)?;
     let parent = match GenIndex::new(store, &opts.set).latest()? {
         Some(r) => Some(GenView::open(
             store,
@@ -232,6 +234,10 @@ pub fn commit(
         None => None,
     };
     let generation = parent.as_ref().map_or(0, |p| p.generation()) + 1;
+    let header = journal_header(opts, parent.as_ref(), generation, &token);
+    let mut summary = empty_summary(opts, parent.as_ref().map(|p| p.generation()));
+    let hints = resume_hints(store, opts, &header, &mut summary);
+    clean_residue(store, &opts.set)?;
     let holder = format!("commit pid={}", std::process::id());
     let staging = Staging::create(store, &token, &holder)?;
     staging.admission.admit("commit", 0)?;
@@ -240,25 +246,102 @@ pub fn commit(
         .storage()
         .local_path(&journal_key)
         .unwrap_or_else(|| staging.dir.join("journal"));
-    let mut summary = empty_summary(opts, parent.as_ref().map(|p| p.generation()));
+    let attempt = Attempt {
+        header,
+        hints: hints.as_ref(),
+        staging: &staging,
+        journal_path: &journal_path,
+        token: &token,
+        writer: &*writer_lease,
+    };
     let result = observe_and_publish(
         store,
         opts,
         parent.as_ref(),
-        generation,
-        &staging,
-        &journal_path,
+        &attempt,
         &progress,
         &mut summary,
-        &token,
-        &*writer_lease,
     );
-    crate::storage::remove_or_warn(&journal_path, "local journal");
+    finish_journals(store, &journal_path, hints.as_ref(), result.is_ok());
     drop(staging);
     result?;
     store.failpoints().hit(Step::Cleaned)?;
     summary.duration_ms = started.elapsed().as_millis() as u64;
     Ok(summary)
+}
+
+/// What this attempt's journal header says.
+fn journal_header(
+    opts: &CommitOptions,
+    parent: Option<&GenView>,
+    generation: u64,
+    token: &str,
+) -> JournalHeader {
+    JournalHeader {
+        set: opts.set.clone(),
+        generation,
+        parent: parent.map(|p| p.generation()),
+        scope: match &opts.scope {
+            Scope::Whole => vec![String::new()],
+            Scope::Paths(p) => p.iter().take(SCOPE_IN_HEADER).map(hex::encode).collect(),
+        },
+        scope_count: match &opts.scope {
+            Scope::Whole => 1,
+            Scope::Paths(p) => p.len() as u64,
+        },
+        owner: token.to_string(),
+        created_ns: crate::token::now_ns(),
+    }
+}
+
+/// The journal to resume from, if one fits; the summary says which, or
+/// why none was used.
+fn resume_hints(
+    store: &Store,
+    opts: &CommitOptions,
+    header: &JournalHeader,
+    summary: &mut CommitSummary,
+) -> Option<resume::Hints> {
+    if !opts.resume {
+        return None;
+    }
+    match resume::choose(store, &opts.set, header) {
+        Ok(h) => {
+            summary.resumed_from = Some(h.token.clone());
+            Some(h)
+        }
+        Err(why) if why.is_empty() => None,
+        Err(why) => {
+            summary.not_resumed = Some(why);
+            None
+        }
+    }
+}
+
+/// After the attempt: its own journal goes unless it failed sealed (then
+/// the next commit may resume from it); a journal it resumed from goes once
+/// it published (its parent is no longer the latest).
+fn finish_journals(store: &Store, journal: &Path, resumed: Option<&resume::Hints>, ok: bool) {
+    let sealed = || crate::format::journal::JournalReader::open(journal).is_ok();
+    let keep = !ok && store.storage().local_path("").is_some() && sealed();
+    if !keep {
+        crate::storage::remove_or_warn(journal, "local journal");
+    }
+    if let (true, Some(h)) = (ok, resumed) {
+        if let Err(e) = store.storage().delete(&h.key) {
+            tracing::warn!("cannot remove the resumed journal {}: {e}", h.key);
+        }
+    }
+}
+
+/// One commit attempt: its journal, staging and leases.
+struct Attempt<'a> {
+    header: JournalHeader,
+    hints: Option<&'a resume::Hints>,
+    staging: &'a Staging,
+    journal_path: &'a Path,
+    token: &'a str,
+    writer: &'a dyn Lease,
 }
 
 fn empty_summary(opts: &CommitOptions, parent: Option<u64>) -> CommitSummary {
@@ -277,44 +360,30 @@ fn empty_summary(opts: &CommitOptions, parent: Option<u64>) -> CommitSummary {
         skipped_special: 0,
         skipped_unreadable: Vec::new(),
         warnings: Vec::new(),
+        resumed_from: None,
+        resumed_files: 0,
+        not_resumed: None,
         observe_ms: 0,
         publish_ms: 0,
         duration_ms: 0,
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn observe_and_publish(
     store: &Store,
     opts: &CommitOptions,
     parent: Option<&GenView>,
-    generation: u64,
-    staging: &Staging,
-    journal_path: &Path,
+    attempt: &Attempt,
     progress: &Arc<Progress>,
     summary: &mut CommitSummary,
-    token: &str,
-    writer: &dyn Lease,
 ) -> Result<()> {
+    let (journal_path, staging) = (attempt.journal_path, attempt.staging);
+    let generation = attempt.header.generation;
     crate::storage::ensure_local_dir(journal_path.parent().unwrap_or(Path::new(".")))?;
-    let header = JournalHeader {
-        set: opts.set.clone(),
-        generation,
-        parent: parent.map(|p| p.generation()),
-        scope: match &opts.scope {
-            Scope::Whole => vec![String::new()],
-            Scope::Paths(p) => p.iter().take(SCOPE_IN_HEADER).map(hex::encode).collect(),
-        },
-        scope_count: match &opts.scope {
-            Scope::Whole => 1,
-            Scope::Paths(p) => p.len() as u64,
-        },
-        owner: token.to_string(),
-        created_ns: crate::token::now_ns(),
-    };
     let started = Instant::now();
-    let journal = JournalWriter::create(journal_path, &header)?;
-    let (walk, journal) = observe(store, opts, parent, generation, staging, journal, progress)?;
+    let journal = JournalWriter::create(journal_path, &attempt.header)?;
+    let (walk, journal) = observe(store, opts, parent, attempt, journal, progress)?;
+    summary.resumed_files = walk.reused;
     record_walk(summary, walk, progress, opts.skip_unreadable)?;
     store.failpoints().hit(Step::BlobsDurable)?;
     let records = journal.count();
@@ -332,11 +401,11 @@ fn observe_and_publish(
         parent,
         force_base: opts.force_base,
         message: opts.message.clone(),
-        owner: token,
+        owner: attempt.token,
         coverage: coverage(opts, summary.skipped_unreadable.len() as u64),
         staging: &staging.dir,
         budget: opts.budget,
-        leases: &[writer, staging.owner()],
+        leases: &[attempt.writer, staging.owner()],
     };
     let (changes, published) = publish(&input, journal_path)?;
     summary.publish_ms = started.elapsed().as_millis() as u64 - summary.observe_ms;
@@ -394,11 +463,11 @@ fn observe(
     store: &Store,
     opts: &CommitOptions,
     parent: Option<&GenView>,
-    generation: u64,
-    staging: &Staging,
+    attempt: &Attempt,
     journal: JournalWriter,
     progress: &Arc<Progress>,
 ) -> Result<(WalkStats, JournalWriter)> {
+    let (staging, generation) = (attempt.staging, attempt.header.generation);
     let beneath = beneath::Beneath::open(&opts.dir).map_err(|e| Error::io("open", &opts.dir, e))?;
     let beneath = Arc::new(beneath);
     let (tx, sink) = spawn_sink(store, staging, journal, progress.clone())?;
@@ -439,6 +508,7 @@ fn observe(
             &mut emit,
             &progress.walked,
         );
+        walker.hints = attempt.hints;
         let res = walker.run(&opts.scope);
         let stats = std::mem::take(&mut walker.stats);
         res.map(|()| stats)

@@ -118,6 +118,8 @@ pub(crate) struct Walker<'a> {
     walked: &'a AtomicU64,
     /// Directories to walk, found while observing the start paths.
     seeds: Vec<Vec<u8>>,
+    /// A dead attempt's journal rows, reused for files whose stat matches.
+    pub hints: Option<&'a super::resume::Hints>,
 }
 
 pub(crate) fn stat_row(parent: Vec<u8>, name: Vec<u8>, md: &Metadata, kind: Kind) -> Row {
@@ -168,6 +170,7 @@ impl<'a> Walker<'a> {
             emit,
             stats: WalkStats::default(),
             seeds: Vec::new(),
+            hints: None,
         }
     }
 
@@ -366,12 +369,18 @@ impl<'a> Walker<'a> {
         Ok(kind == Kind::Dir)
     }
 
-    fn observe_file(&mut self, row: Row, prev: Option<Row>) -> Result<()> {
+    fn observe_file(&mut self, mut row: Row, prev: Option<Row>) -> Result<()> {
         if let Some(p) = &prev {
             if stat_proves_unchanged(p, &row, self.racy_from_ns) {
                 self.stats.unchanged_files += 1;
                 return Ok(());
             }
+        }
+        if let Some(hint) = self.hints.and_then(|h| h.reuse(&row)) {
+            row.digest = hint.digest;
+            row.blob = hint.blob;
+            self.stats.reused += 1;
+            return (self.emit)(Event::Row(row));
         }
         let abs = self.abs(&row.path());
         let root = self.beneath.clone();

@@ -90,7 +90,9 @@ impl JournalWriter {
         self.count
     }
 
-    /// Write the seal and fsync; returns the seal digest.
+    /// Write the seal, fsync the journal and then its directory (a sealed
+    /// journal outlives a power cut: the next commit may resume from it);
+    /// returns the seal digest.
     pub fn seal(mut self) -> Result<String> {
         let mut tail = SEAL_MAGIC.to_vec();
         tail.extend_from_slice(&self.count.to_le_bytes());
@@ -103,6 +105,13 @@ impl JournalWriter {
             .into_inner()
             .map_err(|e| Error::io("flush", &self.path, e.into_error()))?;
         file.sync_all().ctx("fsync", &self.path)?;
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .ctx("fsync-dir", dir)?;
         Ok(digest.to_hex().to_string())
     }
 }

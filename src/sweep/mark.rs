@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::format::manifest::{Manifest, RepKind, MAX_MANIFEST_BYTES};
 use crate::format::record::{IndexRecord, State, MAX_RECORD_BYTES};
 use crate::liveness::FrameUse;
+use crate::row::BlobLoc;
 use crate::store::{keys, Store};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -317,7 +318,32 @@ impl Marks {
     pub(super) fn roots(&mut self, store: &Store) -> Result<()> {
         self.index(store)?;
         self.pins(store)?;
-        self.tasks(store)
+        self.tasks(store)?;
+        self.resumable_journals(store)
+    }
+
+    /// What a dead commit's sealed journal names stays while the journal
+    /// is resumable (`commit::resume`).
+    fn resumable_journals(&mut self, store: &Store) -> Result<()> {
+        let mut rows = Vec::new();
+        crate::resumable::protected_refs(store, |row| rows.push((row.digest, row.blob, row.size)))?;
+        for (digest, blob, size) in rows {
+            let sized = |key: String| store.storage().size(&key).map(|s| s.unwrap_or(0));
+            match (blob, digest) {
+                (BlobLoc::Packed { pack, .. }, _) if !self.contains(Kind::Pack, &pack) => {
+                    let size = sized(keys::pack(&hex::encode(pack)))?;
+                    self.mark(Kind::Pack, pack, size, false);
+                }
+                (BlobLoc::Standalone, Some(d)) => self.mark(Kind::Blob, d, size, false),
+                (BlobLoc::Chunked { list, .. }, _) if !self.contains(Kind::ChunkList, &list) => {
+                    let name = hex::encode(list);
+                    let size = sized(keys::chunk_list(&name))?;
+                    self.chunk_list(store, &name, size, false)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Live bytes by category (reached from a base, or only from deltas).

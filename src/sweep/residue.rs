@@ -91,8 +91,8 @@ pub fn scan_all(store: &Store) -> Result<Vec<LeaseInfo>> {
     Ok(out)
 }
 
-/// Journals whose staging owner file is gone (a crash between removals):
-/// verdict missing, reclaimed.
+/// Journals whose staging owner file is gone (a crash between removals) and
+/// that no commit may resume: verdict missing, reclaimed.
 fn orphan_journals(store: &Store) -> Result<Vec<LeaseInfo>> {
     let storage = store.storage();
     let mut out = Vec::new();
@@ -101,10 +101,12 @@ fn orphan_journals(store: &Store) -> Result<Vec<LeaseInfo>> {
             let Some(token) = name.strip_suffix(".journal") else {
                 continue;
             };
-            if storage.probe_lease(&keys::staging_owner(token))? == LeaseState::Missing {
+            let key = format!("{}/{name}", keys::journal_dir(&set));
+            let missing = storage.probe_lease(&keys::staging_owner(token))? == LeaseState::Missing;
+            if missing && !crate::resumable::is_resumable(store, &key) {
                 out.push(LeaseInfo {
                     kind: "journal".into(),
-                    key: format!("{}/{name}", keys::journal_dir(&set)),
+                    key,
                     verdict: Verdict::Missing,
                     holder: String::new(),
                     detail: "its staging owner is gone".into(),
@@ -192,12 +194,13 @@ fn probe_owner(store: &Store, token: &str) -> Result<LeaseState> {
     store.storage().probe_lease(&keys::staging_owner(token))
 }
 
-/// Journal keys written under `token`, in any set.
+/// Journal keys written under `token`, in any set, but those a commit may
+/// resume (`crate::resumable`).
 fn journals_of(store: &Store, token: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for set in store.storage().list(keys::JOURNALS)? {
         let key = keys::journal(&set, token);
-        if store.storage().size(&key)?.is_some() {
+        if store.storage().size(&key)?.is_some() && !crate::resumable::is_resumable(store, &key) {
             out.push(key);
         }
     }

@@ -573,3 +573,41 @@ fn regression_an_assembled_copy_is_durable_before_its_name() {
     });
     m.cut_and_check("after a copy was assembled");
 }
+
+/// A sealed journal and the objects it names survive a power cut: the next
+/// commit of the same tree resumes from it and reads no file again.
+#[test]
+fn a_commit_cut_after_its_journal_was_sealed_resumes_after_the_power_cut() {
+    for i in 0..2 {
+        let mut m = Machine::new(base_seed() + 700 + i);
+        let src = m.source("a", 1);
+        settle();
+        let at = src.to_str().unwrap();
+        let killed = strata_failing(
+            &m.store(),
+            &["commit", "--set", "a", at],
+            "journal-sealed=kill",
+        );
+        assert!(!killed.status.success());
+        m.ledger.in_flight.push(("a".into(), src.clone()));
+        m.cut_and_check("commit killed once its journal was sealed");
+        let status = ok(&strata(&m.store(), &["status", "--json"]));
+        let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+        assert_eq!(
+            status["resumable_journals"].as_array().unwrap().len(),
+            1,
+            "{status}"
+        );
+        let out = ok(&strata(&m.store(), &["commit", "--set", "a", "--json", at]));
+        let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(summary["resumed_from"].is_string(), "{summary}");
+        assert_eq!(summary["hashed_files"], 0, "{summary}");
+        m.record_commit(
+            "a",
+            src,
+            true,
+            &format!("generation {}", summary["generation"]),
+        );
+        m.cut_and_check("after the resumed commit");
+    }
+}
