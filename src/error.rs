@@ -107,6 +107,20 @@ pub enum Error {
     /// nothing more is published under it.
     #[error("lease lost (not renewed within its ttl; another party may hold it now): key=`{key}`")]
     Fenced { key: String },
+    /// A content-named object already stored under the name of a writer's
+    /// bytes failed the adoption check (rotted, or left short by a crash)
+    /// and could not be replaced; nothing refers to it.
+    #[error("stored object failed its check and was not replaced: check=`{check}` key=`{key}`")]
+    NotAdopted {
+        key: String,
+        check: String,
+        #[source]
+        source: Box<Error>,
+    },
+    /// A segment or manifest re-read before anything refers to it does not
+    /// hold what was written; nothing was committed.
+    #[error("stored object does not hold what was written: check=`{check}` key=`{key}`")]
+    StoredMismatch { key: String, check: String },
     /// The disk budget refused work before it wrote (docs/OPERATIONS.md).
     #[error("storage gap: {what} needs {need} more bytes, {available} are available under the {limit} (make room, or change the budget with `strata budget`)")]
     NoSpace {
@@ -136,7 +150,7 @@ impl Error {
             | Error::Unreadable(_)
             | Error::NoSpace { .. }
             | Error::Remote { .. } => ErrorKind::Unavailable,
-            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::Corrupt { .. } | Error::StoredMismatch { .. } => ErrorKind::Corrupt,
             Error::TooLarge { .. }
             | Error::Invalid(_)
             | Error::SortBudget { .. }
@@ -147,7 +161,9 @@ impl Error {
             | Error::Cancelled(_)
             | Error::WaitTimeout { .. } => ErrorKind::Conflict,
             Error::Internal { .. } => ErrorKind::Internal,
-            Error::RootUnreadable { source, .. } => source.kind(),
+            Error::RootUnreadable { source, .. } | Error::NotAdopted { source, .. } => {
+                source.kind()
+            }
         }
     }
 
@@ -195,9 +211,11 @@ impl Error {
     /// the error names one: what a log line should point an operator at.
     pub fn object(&self) -> Option<&str> {
         match self {
-            Error::MissingObject { key } | Error::Remote { key, .. } | Error::Fenced { key } => {
-                Some(key)
-            }
+            Error::MissingObject { key }
+            | Error::Remote { key, .. }
+            | Error::Fenced { key }
+            | Error::NotAdopted { key, .. }
+            | Error::StoredMismatch { key, .. } => Some(key),
             Error::Io { path, .. } => Some(path),
             Error::Corrupt { file, .. } => Some(file),
             Error::RootUnreadable { source, .. } => source.object(),

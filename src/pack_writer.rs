@@ -4,7 +4,9 @@
 //! Frames are appended to an open pack in a staging directory; once it
 //! reaches [`PACK_TARGET_BYTES`] it is sealed (fsynced), moved to its
 //! content-addressed name, and only then are its frames' locations handed
-//! back, so nothing names a pack before it is durable in its final name.
+//! back, so nothing names a pack before it is durable in its final name. A
+//! pack already stored under that name is adopted only after it is checked
+//! against the sealed one (`Store::put_object_file`).
 
 use crate::error::Result;
 use crate::format::pack::{PackWriter, PACK_TARGET_BYTES};
@@ -86,8 +88,7 @@ impl<T> RollingPacks<T> {
         };
         let sealed = pack.seal()?;
         self.store
-            .storage()
-            .put_file_if_absent(&keys::pack(&sealed.name), &sealed.path)?;
+            .put_object_file(&keys::pack(&sealed.name), &sealed.path)?;
         let placed = self.pending.drain(..).map(|p| {
             let loc = BlobLoc::Packed {
                 pack: sealed.digest,

@@ -2,7 +2,8 @@
 //! segments in their content-addressed names → manifest. Used by publish
 //! (a new generation's base or delta) and by a fold (a new base of a
 //! committed generation), so both write the same manifest from the same
-//! tallies.
+//! tallies. Each segment and the manifest is re-read from the store and
+//! checked against its size and digest before anything refers to it.
 //!
 //! A representation's rows are *written* (stored in its segments: counts of
 //! rows and tombstones, the packs and standalone blobs they name) and the
@@ -123,13 +124,15 @@ pub struct RepHead {
 
 impl StagedRep {
     /// Move the segments into their content-addressed names (each fsynced
-    /// there by the storage); returns their manifest entries.
+    /// there by the storage, an existing one adopted only after its check),
+    /// then re-read each from the store against its size and SHA-256;
+    /// returns their manifest entries.
     pub fn store_segments(&self, store: &Store) -> Result<Vec<SegmentRef>> {
         let mut refs = Vec::with_capacity(self.files.len());
         for f in &self.files {
-            store
-                .storage()
-                .put_file_if_absent(&keys::segment(&f.name), &f.path)?;
+            let key = keys::segment(&f.name);
+            store.put_object_file(&key, &f.path)?;
+            store.confirm_sha256(&key, f.size, &f.name)?;
             refs.push(SegmentRef {
                 name: f.name.clone(),
                 size: f.size,
@@ -201,7 +204,9 @@ fn stored_refs(
     Ok(packs)
 }
 
-/// Write `manifest` under its digest; returns the name.
+/// Write `manifest` under its digest (an existing one adopted only after
+/// its check) and re-read it from the store against its size and SHA-256;
+/// returns the name.
 pub fn store_manifest(store: &Store, manifest: &Manifest) -> Result<String> {
     let (bytes, name) = manifest.encode()?;
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
@@ -211,8 +216,8 @@ pub fn store_manifest(store: &Store, manifest: &Manifest) -> Result<String> {
             limit: MAX_MANIFEST_BYTES,
         });
     }
-    store
-        .storage()
-        .put_if_absent(&keys::manifest(&name), &bytes)?;
+    let key = keys::manifest(&name);
+    store.put_object(&key, &bytes)?;
+    store.confirm_sha256(&key, bytes.len() as u64, &name)?;
     Ok(name)
 }

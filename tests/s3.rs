@@ -246,6 +246,45 @@ fn corruption_on_the_server_is_caught_through_a_fresh_cache() {
     }
 }
 
+#[test]
+fn a_damaged_object_on_the_server_is_replaced_by_the_next_commit_of_its_content() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, st) = (t.path().join("src"), t.path().join("store"));
+    // One pack of one frame and one chunked file: the same objects in any set.
+    write(&src, "small", b"a small file, packed alone");
+    write(&src, "large", &noise(5, 3 << 20));
+    let store = new_s3_store(&st);
+    commit_dir(&store, "a", &src);
+    let raw = storage_at(&st, &t.path().join("raw"));
+    let tops = ["packs", "segments", "chunks", "chunklists"];
+    for top in tops {
+        let key = &stored_keys(&raw, top)[0];
+        let mut bytes = raw.get(key, 1 << 30).unwrap();
+        let half = bytes.len() / 2;
+        match top {
+            // Short, as an upload cut by a crash could leave a copy elsewhere.
+            "chunks" => bytes.truncate(half),
+            _ => bytes[half] ^= 0x40,
+        }
+        overwrite(&st, key, bytes);
+    }
+    let second = commit_dir(&store, "b", &src);
+    assert_eq!(second.repaired_objects, tops.len() as u64);
+    ok(&strata_s3(
+        &st,
+        &t.path().join("verifier"),
+        &["verify", "--all"],
+    ));
+    let reader = strata::Store::open(Arc::new(storage_at(&st, &t.path().join("reader")))).unwrap();
+    for set in ["a", "b"] {
+        assert_eq!(
+            snapshot_gen(&reader, set, None),
+            snapshot_dir(&src),
+            "{set}"
+        );
+    }
+}
+
 /// Every key under `top` (two-hex-digit fan-out directories), sorted.
 fn stored_keys(storage: &S3Storage, top: &str) -> Vec<String> {
     let mut keys: Vec<String> = storage

@@ -133,6 +133,12 @@ fn print_commit(s: &CommitSummary) {
         render::bytes(s.hashed_bytes),
         render::bytes(s.new_bytes)
     );
+    if s.repaired_objects > 0 {
+        eprintln!(
+            "strata: warning: replaced {} stored object(s) that failed their check (see `strata verify`)",
+            s.repaired_objects
+        );
+    }
     if s.skipped_special > 0 {
         eprintln!(
             "strata: warning: skipped {} special file(s) (fifo, socket, device)",

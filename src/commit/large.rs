@@ -5,18 +5,20 @@
 //! block feeds the whole-content BLAKE3 (over the logical bytes: a hole is
 //! hashed as zeros without being read) and the chunker
 //! ([`crate::chunking`]). Complete chunks are hashed on all cores; those
-//! the store already has (the previous version of the file's, or any
-//! other's) are not encoded again; the rest are compressed when a sample
-//! says it pays, admitted against the disk budget and stored in batches.
+//! the store already has are not encoded again (the previous version of
+//! the file's are trusted as its generation's; any other's is read and
+//! adopted once it decodes to the same bytes); the rest are compressed
+//! when a sample says it pays, admitted against the disk budget and stored
+//! in batches.
 //! The chunk list is stored after its chunks are durable, and the row that
 //! names it is journaled after that (docs/FORMAT.md, "Chunk list").
 
 use super::ingest::StageDir;
 use crate::chunking;
 use crate::error::{IoContext, Result};
-use crate::format::chunk::{encode_chunk, ChunkList, Extent};
+use crate::format::chunk::{decode_chunk, encode_chunk, ChunkList, Extent, MAX_CHUNK_OBJECT};
 use crate::row::{BlobLoc, Codec, Row};
-use crate::store::keys;
+use crate::store::{keys, Written};
 use rayon::prelude::*;
 use std::collections::HashSet;
 use std::fs::File;
@@ -86,9 +88,11 @@ pub(crate) fn store_file(
     let list = ChunkList::new(extents);
     let (bytes, name) = list.encode();
     let key = keys::chunk_list(&hex::encode(name));
-    if stage.store.storage().size(&key)?.is_none() {
+    if stage.store.storage().size(&key)?.is_some() {
+        stage.store.adopt_object(&key, &bytes)?;
+    } else {
         stage.admission.admit("commit", bytes.len() as u64)?;
-        stage.store.storage().put_if_absent(&key, &bytes)?;
+        stage.store.put_object(&key, &bytes)?;
         chunks.new_bytes += bytes.len() as u64;
     }
     Ok(Some(Stored {
@@ -209,14 +213,22 @@ impl Chunks<'_> {
         Ok(off)
     }
 
-    /// Encode and queue the chunks the store does not have yet.
+    /// Encode and queue the chunks the store does not have yet; adopt
+    /// those it has once each decodes to its raw bytes (replacing one that
+    /// does not).
     fn store_new(&mut self, fresh: Vec<(&[u8], [u8; 32])>) -> Result<()> {
-        let storage = self.stage.store.storage();
+        let store = self.stage.store;
         let encoded: Vec<Option<(String, Vec<u8>)>> = fresh
             .par_iter()
             .map(|(raw, digest)| {
-                let key = keys::chunk(&hex::encode(digest));
-                if storage.size(&key)?.is_some() {
+                let name = hex::encode(digest);
+                let key = keys::chunk(&name);
+                if store.storage().size(&key)?.is_some() {
+                    let valid = |stored: &[u8]| {
+                        decode_chunk(&name, stored, digest, raw.len() as u64)
+                            .is_ok_and(|decoded| decoded == *raw)
+                    };
+                    store.adopt_valid(&key, MAX_CHUNK_OBJECT, valid, || encode(raw))?;
                     return Ok(None);
                 }
                 Ok(Some((key, encode(raw))))
@@ -242,9 +254,9 @@ impl Chunks<'_> {
         self.stage
             .admission
             .admit("commit", self.batch_bytes as u64)?;
-        let outcomes = self.stage.store.storage().put_many_if_absent(&self.batch)?;
+        let outcomes = self.stage.store.put_objects(&self.batch)?;
         for ((_, bytes), outcome) in self.batch.iter().zip(outcomes) {
-            if outcome == crate::storage::PutOutcome::Created {
+            if outcome == Written::Created {
                 self.new_bytes += bytes.len() as u64;
             }
         }

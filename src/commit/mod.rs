@@ -148,6 +148,10 @@ pub struct CommitSummary {
     pub hashed_files: u64,
     pub hashed_bytes: u64,
     pub new_bytes: u64,
+    /// Objects already stored under the name of content this commit wrote
+    /// that failed the adoption check and were replaced (docs/FORMAT.md,
+    /// "Adopting an existing object").
+    pub repaired_objects: u64,
     pub skipped_special: u64,
     pub skipped_unreadable: Vec<String>,
     pub warnings: Vec<String>,
@@ -222,6 +226,7 @@ pub fn commit(
 ) -> Result<CommitSummary> {
     let started = Instant::now();
     let opts = &validated(opts)?;
+    let store = &store.counting_repairs();
     let token = crate::token::new_token();
     let writer_lease = take_writer_lease(store, &opts.set, opts.wait, &token)?;
     let parent = match GenIndex::new(store, &opts.set).latest()? {
@@ -266,6 +271,7 @@ pub fn commit(
     drop(staging);
     result?;
     store.failpoints().hit(Step::Cleaned)?;
+    summary.repaired_objects = store.repaired_objects();
     summary.duration_ms = started.elapsed().as_millis() as u64;
     Ok(summary)
 }
@@ -357,6 +363,7 @@ fn empty_summary(opts: &CommitOptions, parent: Option<u64>) -> CommitSummary {
         hashed_files: 0,
         hashed_bytes: 0,
         new_bytes: 0,
+        repaired_objects: 0,
         skipped_special: 0,
         skipped_unreadable: Vec::new(),
         warnings: Vec::new(),

@@ -354,7 +354,11 @@ impl Storage for LocalStorage {
         self.ensure_parent(&path)?;
         let tmp = self.temp_path(&path);
         write_new_file(&tmp, bytes)?;
-        self.put_file_if_absent(key, &tmp)
+        let outcome = self.put_file_if_absent(key, &tmp)?;
+        if outcome == PutOutcome::AlreadyExists {
+            fs::remove_file(&tmp).ctx("unlink-staged", &tmp)?;
+        }
+        Ok(outcome)
     }
 
     fn put_many_if_absent(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<PutOutcome>> {
@@ -391,7 +395,6 @@ impl Storage for LocalStorage {
         self.ensure_parent(&path)?;
         let created = rename_noreplace(staged, &path)?;
         if !created {
-            fs::remove_file(staged).ctx("unlink-staged", staged)?;
             // The existing name may come from an attempt that died before
             // its directory fsync; make it durable before anyone relies on it.
             fsync_dir(path.parent().unwrap_or(&self.root))?;
@@ -399,6 +402,23 @@ impl Storage for LocalStorage {
         }
         fsync_dir(path.parent().unwrap_or(&self.root))?;
         Ok(PutOutcome::Created)
+    }
+
+    fn replace(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let path = self.path(key);
+        self.ensure_parent(&path)?;
+        let tmp = self.temp_path(&path);
+        write_new_file(&tmp, bytes)?;
+        self.replace_file(key, &tmp)
+    }
+
+    /// A rename over the name: a reader that opened the old file keeps
+    /// its inode; the directory is fsynced so the new one is what stays.
+    fn replace_file(&self, key: &str, staged: &Path) -> Result<()> {
+        let path = self.path(key);
+        self.ensure_parent(&path)?;
+        fs::rename(staged, &path).ctx("rename", &path)?;
+        fsync_dir(path.parent().unwrap_or(&self.root))
     }
 
     fn cas(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CasOutcome> {

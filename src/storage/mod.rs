@@ -2,10 +2,13 @@
 //!
 //! Keys are `/`-separated relative names (see docs/FORMAT.md for the layout).
 //! The interface is what both a local directory and an object store can offer:
-//! create-exclusive puts (the only way a versioned record comes to exist), a
-//! compare-and-swap of a small pointer object, whole and ranged reads with a
-//! size bound, listing, deletion, and leases whose liveness is decided by the
-//! backend (an OS lock locally), never by a PID or a holder string.
+//! create-exclusive puts (the only way a versioned record comes to exist), an
+//! atomic replacement of a content-named object that failed its adoption
+//! check (`store::adopt`), a compare-and-swap of a small pointer object,
+//! whole and ranged reads with a size bound (and reads of the store's own
+//! bytes, past any local copy), listing, deletion, and leases whose liveness
+//! is decided by the backend (an OS lock locally), never by a PID or a
+//! holder string.
 
 mod cache;
 pub mod fence;
@@ -102,9 +105,29 @@ pub trait Storage: Send + Sync + Debug {
             .map(|(key, bytes)| self.put_if_absent(key, bytes))
             .collect()
     }
-    /// Durably move a fully written, fsynced local file to `key` unless it exists.
-    /// The staged file is consumed either way.
+    /// Durably move a fully written, fsynced local file to `key` unless it
+    /// exists. The staged file is consumed when the object is created; when
+    /// the name exists it is left in place, so that the caller can check the
+    /// existing object against it (`store::adopt`), and the caller removes it.
     fn put_file_if_absent(&self, key: &str, staged: &Path) -> Result<PutOutcome>;
+    /// Durably and atomically replace the content-named object at `key`
+    /// with `bytes`, after its stored bytes failed the adoption check:
+    /// readers see the old or the new object whole, never a mix.
+    fn replace(&self, key: &str, bytes: &[u8]) -> Result<()>;
+    /// [`Storage::replace`] from a fully written, fsynced local file, which
+    /// is consumed.
+    fn replace_file(&self, key: &str, staged: &Path) -> Result<()>;
+    /// Size of the object as the store itself holds it (never a local
+    /// copy's), `None` if absent: what checks of stored bytes read.
+    fn size_stored(&self, key: &str) -> Result<Option<u64>> {
+        self.size(key)
+    }
+    /// `len` bytes at `offset` read from the store itself, never from a
+    /// local copy (a copy was checked when it was made; the store's object
+    /// may have changed since); a short object is an error.
+    fn get_range_stored(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.get_range(key, offset, len)
+    }
     /// Replace a small pointer object iff it currently holds `expected`
     /// (`None`: iff it does not exist).
     fn cas(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CasOutcome>;

@@ -4,6 +4,9 @@
 //! Owns the mapping of the [`Storage`] seam onto conditional requests:
 //! - every create-exclusive write (index records, manifests, tags, tasks,
 //!   sweep epochs, content-named data) is a PUT with `If-None-Match: *`;
+//! - a content-named object that failed its adoption check is replaced by
+//!   an unconditional PUT, and checks of stored bytes read the service, not
+//!   the cache;
 //! - every pointer CAS (the latest hint, retention policies) is a PUT with
 //!   `If-Match` on the version just read. Pointer bodies carry a counter and
 //!   a fresh nonce, so a body, and with it a content ETag, never repeats: an
@@ -141,7 +144,8 @@ impl S3Storage {
     fn create(&self, key: &str, body: Bytes) -> Result<PutOutcome> {
         match self.remote.put(key, body.clone(), PutMode::Create)? {
             Put::Done(_) => Ok(PutOutcome::Created),
-            // Content-named: whoever wrote it wrote the same bytes.
+            // Content-named: the caller checks the existing object before
+            // it adopts it (`store::adopt`).
             Put::Exists | Put::Changed if cache::is_immutable(key) => Ok(PutOutcome::AlreadyExists),
             Put::Exists | Put::Changed => {
                 // Longer than ours (TooLarge) cannot be ours.
@@ -256,8 +260,38 @@ impl Storage for S3Storage {
                 .put_large(key, staged)
                 .map(|_| PutOutcome::Created)
         };
-        super::remove_or_warn(staged, "staged upload");
+        // An existing name's staged file is the caller's, to check it with.
+        if !matches!(outcome, Ok(PutOutcome::AlreadyExists)) {
+            super::remove_or_warn(staged, "staged upload");
+        }
         outcome
+    }
+
+    /// An unconditional PUT: the service swaps the whole object at once.
+    fn replace(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let body = Bytes::copy_from_slice(bytes);
+        self.remote.put(key, body, PutMode::Overwrite).map(|_| ())
+    }
+
+    fn replace_file(&self, key: &str, staged: &Path) -> Result<()> {
+        let size = fs::metadata(staged).ctx("stat", staged)?.len();
+        let replaced = if size <= SINGLE_PUT_MAX {
+            fs::read(staged)
+                .ctx("read", staged)
+                .and_then(|b| self.replace(key, &b))
+        } else {
+            self.remote.put_large(key, staged)
+        };
+        super::remove_or_warn(staged, "staged upload");
+        replaced
+    }
+
+    fn size_stored(&self, key: &str) -> Result<Option<u64>> {
+        self.remote.head(key)
+    }
+
+    fn get_range_stored(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        Ok(self.remote.get_range(key, offset, len)?.to_vec())
     }
 
     fn cas(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CasOutcome> {

@@ -1,7 +1,9 @@
 //! The store: one root holding every set, opened through a [`Storage`].
 //!
-//! Owns the `STORE` format marker (refusing a newer one), set-name rules and
-//! the key layout ([`keys`]: every key of the store is built there).
+//! Owns the `STORE` format marker (refusing a newer one), set-name rules,
+//! the key layout ([`keys`]: every key of the store is built there) and the
+//! writes of content-named objects ([`adopt`]: an existing object is checked
+//! before it is adopted).
 //! Everything else reaches storage through a `Store`.
 
 use crate::error::{Error, ErrorKind, Result};
@@ -11,6 +13,7 @@ use crate::storage::{LocalStorage, PutOutcome, Storage};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// 1: initial layout.
@@ -31,6 +34,8 @@ pub struct Store {
     failpoints: FailPoints,
     /// Segments whose SHA-256 this process has checked (by name).
     verified_segments: Arc<Mutex<HashSet<String>>>,
+    /// Objects replaced after they failed the adoption check ([`adopt`]).
+    repaired: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -68,6 +73,7 @@ impl Store {
             storage,
             failpoints: FailPoints::none(),
             verified_segments: Arc::default(),
+            repaired: Arc::default(),
         })
     }
 
@@ -89,6 +95,17 @@ impl Store {
             storage: self.storage.clone(),
             failpoints: self.failpoints.clone(),
             verified_segments: Arc::default(),
+            repaired: Arc::default(),
+        }
+    }
+
+    /// The same store with a count of replaced objects of its own, from
+    /// zero ([`Store::repaired_objects`]): an operation that reports what
+    /// it repaired takes one.
+    pub fn counting_repairs(&self) -> Store {
+        Store {
+            repaired: Arc::default(),
+            ..self.clone()
         }
     }
 
@@ -150,4 +167,7 @@ pub fn check_set_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+mod adopt;
 pub mod keys;
+
+pub(crate) use adopt::Written;
