@@ -310,7 +310,11 @@ impl MergeState {
     }
 }
 
-fn merge(input: &PublishInput<'_>, kind: RepKind, journal: crate::spill::Sorted) -> Result<Merged> {
+fn merge(
+    input: &PublishInput<'_>,
+    kind: RepKind,
+    journal: crate::spill::Sorted<'static, Row>,
+) -> Result<Merged> {
     let parent = input.parent;
     let mut base = rep_rows(parent.map(|p| &p.base))?;
     let mut pdelta = rep_rows(parent.and_then(|p| p.delta.as_ref()))?;

@@ -76,6 +76,7 @@ fn seed_store() -> &'static Path {
                 dry_run: false,
                 holder: "fuzz".into(),
                 recount: false,
+                budget: Default::default(),
             };
             strata::sweep::sweep(&store, &opts).unwrap();
         }

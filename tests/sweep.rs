@@ -318,6 +318,7 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
                 dry_run: false,
                 holder: "race sweeper".into(),
                 recount: false,
+                budget: Default::default(),
             };
             let (mut sweeps, mut deleted) = (0, 0);
             while !stop.load(Ordering::Relaxed) {
@@ -387,6 +388,7 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
             dry_run: false,
             holder: "final".into(),
             recount: false,
+            budget: Default::default(),
         },
     )
     .unwrap();
@@ -618,4 +620,118 @@ fn keep_within_keeps_recent_generations_only() {
         &["retain", "--set", "s", "--keep-within", "1s"],
     ));
     assert!(second.contains("retired: 1 2"), "latest stays: {second}");
+}
+
+/// Sets `s` (bases and deltas with chunked files, one large file the same
+/// in every generation) and `t` (deltas of small files), six generations
+/// each, in a new local store.
+fn mixed_store(t: &Path) -> PathBuf {
+    let st = t.join("store");
+    let store = new_local_store(&st);
+    let (s_src, t_src) = (t.join("s"), t.join("t"));
+    write(&s_src, "kept.bin", &noise(7, 1100 << 10));
+    for round in 1..=6u64 {
+        write(&s_src, "big.bin", &noise(round, 1536 << 10));
+        write(&s_src, "small/a", &noise(round + 10, 3000));
+        write(&t_src, &format!("f{round}"), &noise(round + 20, 2000));
+        write(&t_src, "changing", &noise(round + 30, 4000));
+        match round % 2 {
+            1 => commit_base(&store, "s", &s_src),
+            _ => commit_gen(&store, "s", &s_src),
+        };
+        commit_gen(&store, "t", &t_src);
+    }
+    st
+}
+
+/// What two sweeps (grace 0) of the store at `st` did under `budget`,
+/// with generation 2 of `s` pinned and keep-last 1 on both sets: each
+/// report without its times, each condemned list without its times, and
+/// the objects left.
+fn two_sweeps(st: &Path, budget: strata::spill::SortBudget) -> Vec<String> {
+    let store = Store::open_local(st).unwrap();
+    let _pin = strata::pin::pin(&store, "s", Some(2), "test pin").unwrap();
+    for set in ["s", "t"] {
+        ok(&strata(st, &["retain", "--set", set, "--keep-last", "1"]));
+    }
+    let opts = SweepOptions {
+        grace: Duration::ZERO,
+        dry_run: false,
+        holder: "test".into(),
+        recount: false,
+        budget,
+    };
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        let mut report = serde_json::to_value(sweep(&store, &opts).unwrap()).unwrap();
+        for timed in ["started_ns", "duration_ms", "mark_ms"] {
+            report.as_object_mut().unwrap().remove(timed);
+        }
+        out.push(report.to_string());
+    }
+    for (name, bytes) in epoch_files(st) {
+        let text = String::from_utf8(bytes).unwrap();
+        if name.ends_with(".condemned") {
+            let untimed = text.lines().skip(1).map(|l| l.rsplit_once(' ').unwrap().0);
+            out.extend(untimed.map(str::to_string));
+        }
+    }
+    for dir in strata::store::keys::OBJECT_DIRS.map(|d| st.join(d)) {
+        if !dir.exists() {
+            continue;
+        }
+        let mut left: Vec<String> = files_under(&dir)
+            .iter()
+            .map(|p| p.strip_prefix(st).unwrap().display().to_string())
+            .collect();
+        left.sort();
+        out.extend(left);
+    }
+    out
+}
+
+#[test]
+fn a_sweep_spilling_under_a_tiny_budget_condemns_and_deletes_what_one_in_memory_does() {
+    let t = tempfile::tempdir().unwrap();
+    let st = mixed_store(t.path());
+    let spilled = t.path().join("spilled");
+    copy_tree(&st, &spilled);
+    let in_memory = two_sweeps(&st, Default::default());
+    // The mark's half of 512 bytes holds 5 marks: it spills a run every 5
+    // objects and merges them two at a time; the other sorts (frames,
+    // condemned lists, re-marks) spill every record or two.
+    let tiny = strata::spill::SortBudget {
+        memory_bytes: 512,
+        fan_in: 2,
+    };
+    let under_tiny = two_sweeps(&spilled, tiny);
+    assert_eq!(under_tiny, in_memory);
+    let first: serde_json::Value = serde_json::from_str(&in_memory[0]).unwrap();
+    let second: serde_json::Value = serde_json::from_str(&in_memory[1]).unwrap();
+    assert!(first["marked"].as_u64().unwrap() > 5 * 5, "{first}");
+    assert!(
+        first["newly_condemned"]["count"].as_u64().unwrap() > 0,
+        "{first}"
+    );
+    assert!(second["deleted"]["count"].as_u64().unwrap() > 0, "{second}");
+    assert!(
+        in_memory.iter().any(|l| l.starts_with("k ")),
+        "chunks condemned"
+    );
+    assert!(
+        in_memory.iter().any(|l| l.starts_with("chunks/")),
+        "chunks kept"
+    );
+    let scratch = spilled.join(strata::store::keys::SWEEP_SCRATCH);
+    assert_eq!(std::fs::read_dir(scratch).unwrap().count(), 0);
+}
+
+#[test]
+fn a_sweep_refuses_an_unworkable_budget_before_reading_the_store() {
+    let t = tempfile::tempdir().unwrap();
+    let st = t.path().join("store");
+    new_local_store(&st);
+    let out = strata(&st, &["sweep", "--sort-fan-in", "1", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fan-in is under 2"));
 }

@@ -1301,6 +1301,7 @@ fn sweep_now(store: &Store) -> strata::sweep::SweepReport {
         dry_run: false,
         holder: "test".into(),
         recount: false,
+        budget: Default::default(),
     };
     strata::sweep::sweep(store, &opts).unwrap()
 }

@@ -429,11 +429,20 @@ pub(crate) struct SweepArgs {
     /// terminal's Ctrl-C no longer reaches it)
     #[arg(long, requires = "in_process")]
     pub(crate) background: bool,
+    /// Memory for the sweep's marks, listings and condemned lists before
+    /// they spill to disk (default 64M; 0 is refused); a sweep given a
+    /// budget runs in this process
+    #[arg(long, value_name = "SIZE", value_parser = strata::storage::parse_size)]
+    pub(crate) sort_memory: Option<u64>,
+    /// Sorted runs merged at once (default 16; under 2 is refused); a
+    /// sweep given a fan-in runs in this process
+    #[arg(long, value_name = "N")]
+    pub(crate) sort_fan_in: Option<usize>,
     /// For the mount daemon: serve sweeps until stdin closes, in the
     /// background as --background does; one JSON request per line in
     /// (`grace_ms`, `dry_run`, `recount`), one JSON answer per line out
     #[arg(long, hide = true, requires = "in_process",
-        conflicts_with_all = ["dry_run", "grace", "recount", "json"])]
+        conflicts_with_all = ["dry_run", "grace", "recount", "json", "sort_memory", "sort_fan_in"])]
     pub(crate) serve: bool,
     /// Print JSON instead of a table
     #[arg(long)]

@@ -22,7 +22,7 @@ pub(crate) fn commit(store: &Store, a: CommitArgs) -> Result<i32> {
     opts.skip_unreadable = a.skip_unreadable;
     opts.resume = !a.no_resume;
     opts.listed = a.paths_from.is_some();
-    opts.budget = sort_budget(&a);
+    opts.budget = sort_budget(a.sort_memory, a.sort_fan_in);
     let progress = Arc::new(Progress::default());
     let bar =
         (!a.json && std::io::stderr().is_terminal()).then(|| spawn_progress(progress.clone()));
@@ -65,14 +65,13 @@ fn scope(a: &CommitArgs) -> Result<Scope> {
     Scope::from_paths(&paths)
 }
 
-/// The sort budget of the flags (the library refuses one it cannot use).
-fn sort_budget(a: &CommitArgs) -> SortBudget {
+/// The sort budget of the `--sort-memory` and `--sort-fan-in` flags of
+/// `commit` and `sweep` (the library refuses one it cannot use).
+pub(crate) fn sort_budget(memory: Option<u64>, fan_in: Option<usize>) -> SortBudget {
     let d = SortBudget::default();
     SortBudget {
-        memory_bytes: a
-            .sort_memory
-            .map_or(d.memory_bytes, |m| usize::try_from(m).unwrap_or(usize::MAX)),
-        fan_in: a.sort_fan_in.unwrap_or(d.fan_in),
+        memory_bytes: memory.map_or(d.memory_bytes, |m| usize::try_from(m).unwrap_or(usize::MAX)),
+        fan_in: fan_in.unwrap_or(d.fan_in),
     }
 }
 

@@ -86,7 +86,8 @@ pub(crate) fn sweep(store: &Store, root: &Path, a: SweepArgs) -> Result<i32> {
 }
 
 fn run_sweep(store: &Store, root: &Path, grace: Duration, a: &SweepArgs) -> Result<SweepReport> {
-    if !a.in_process {
+    let budgeted = a.sort_memory.is_some() || a.sort_fan_in.is_some();
+    if !a.in_process && !budgeted {
         let request = control::Command::Sweep {
             grace_ms: Some(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
             dry_run: a.dry_run,
@@ -103,6 +104,7 @@ fn run_sweep(store: &Store, root: &Path, grace: Duration, a: &SweepArgs) -> Resu
         dry_run: a.dry_run,
         holder: format!("strata sweep pid={}", std::process::id()),
         recount: a.recount,
+        budget: super::commit::sort_budget(a.sort_memory, a.sort_fan_in),
     };
     if a.background {
         strata::os::background_process();
@@ -184,6 +186,7 @@ fn serve_one(store: &Store, holder: &str, job: SweepJob) -> SweepAnswer {
         dry_run: job.dry_run,
         holder: holder.to_string(),
         recount: job.recount,
+        budget: strata::spill::SortBudget::default(),
     };
     match strata::sweep::sweep(&store.reopened(), &opts) {
         Ok(report) => SweepAnswer::Report(Box::new(report)),

@@ -190,6 +190,49 @@ pub trait Storage: Send + Sync + Debug {
     }
 }
 
+/// Sequential reads of one object in ranged pieces, never more than a
+/// piece in memory (for objects read as a stream, like a condemned list).
+pub struct ObjectReader<'a> {
+    storage: &'a dyn Storage,
+    key: String,
+    size: u64,
+    offset: u64,
+    piece: std::io::Cursor<Vec<u8>>,
+}
+
+/// Bytes fetched per ranged read.
+const READ_PIECE: u64 = 4 << 20;
+
+impl<'a> ObjectReader<'a> {
+    /// A reader of the first `size` bytes of `key`.
+    pub fn new(storage: &'a dyn Storage, key: &str, size: u64) -> ObjectReader<'a> {
+        ObjectReader {
+            storage,
+            key: key.to_string(),
+            size,
+            offset: 0,
+            piece: std::io::Cursor::new(Vec::new()),
+        }
+    }
+}
+
+impl std::io::Read for ObjectReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = std::io::Read::read(&mut self.piece, buf)?;
+        if n > 0 || self.offset >= self.size || buf.is_empty() {
+            return Ok(n);
+        }
+        let len = READ_PIECE.min(self.size - self.offset);
+        let bytes = self
+            .storage
+            .get_range_uncached(&self.key, self.offset, len)
+            .map_err(std::io::Error::other)?;
+        self.offset += len;
+        self.piece = std::io::Cursor::new(bytes);
+        std::io::Read::read(&mut self.piece, buf)
+    }
+}
+
 /// Remove a local file as a best-effort cleanup: one already gone is fine;
 /// any other failure has no caller to go to, so it is logged.
 pub(crate) fn remove_or_warn(path: &std::path::Path, what: &str) {

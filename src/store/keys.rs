@@ -42,6 +42,9 @@ pub const PACK_SUFFIX: &str = ".pack";
 pub const ASSEMBLED: &str = "assembled";
 /// Sweep epochs: reports and condemned lists.
 pub const EPOCH_DIR: &str = "sweep/epochs";
+/// Scratch of running sweeps (sorted runs, the staged condemned list), one
+/// directory per sweep; local even for a remote store.
+pub const SWEEP_SCRATCH: &str = "sweep/scratch";
 
 pub fn manifest(name: &str) -> String {
     format!("{MANIFESTS}/{name}{MANIFEST_SUFFIX}")
@@ -147,6 +150,10 @@ pub fn staging_token(owner_key: &str) -> Option<&str> {
 /// A sweep epoch's file (`report`, `condemned`).
 pub fn epoch(epoch: u64, what: &str) -> String {
     format!("sweep/epochs/{epoch:020}.{what}")
+}
+/// The scratch directory of the sweep `token`.
+pub fn sweep_scratch(token: &str) -> String {
+    format!("{SWEEP_SCRATCH}/{token}")
 }
 /// A file of the epoch directory by its listed name.
 pub fn epoch_file(name: &str) -> String {

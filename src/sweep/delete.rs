@@ -1,15 +1,19 @@
-//! Deletion: condemned objects past their grace, in batches bounded by
-//! count and time, each under the DELETING lease, only with no live writer
-//! and after an incremental re-mark (invariant 4).
+//! Deletion: condemned objects past their grace, in key order, in batches
+//! bounded by count and time, each under the DELETING lease, only with no
+//! live writer and after an incremental re-mark (invariant 4), whose marks
+//! are kept as late marks (`late.rs`) within the sweep's budget.
 
-use super::condemned::Condemned;
-use super::mark::Marks;
+use super::late::LateMarks;
+use super::mark::{Marks, Obj};
 use super::report::SweepReport;
 use super::{root_unreadable, SweepOptions};
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
+use crate::spill::{SortBudget, Sorted, Spilled};
 use crate::storage::{fence, TryLease};
 use crate::store::{keys, Store};
+use std::iter::Peekable;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Objects deleted per batch, at most.
@@ -19,18 +23,28 @@ pub(super) const BATCH_TIME: Duration = Duration::from_millis(50);
 /// Pause between batches so waiting writers get in.
 const BATCH_PAUSE: Duration = Duration::from_millis(5);
 
+/// The deletable objects, sorted, and how many there are.
+pub(super) struct Deletable {
+    pub(super) objects: Spilled<Obj>,
+    pub(super) count: u64,
+}
+
 /// Step 5: delete in batches, each under the DELETING lease, with no live
-/// writer, after an incremental re-mark.
+/// writer, after an incremental re-mark; late marks sort in `dir` under
+/// `budget`.
 pub(super) fn delete(
     store: &Store,
     opts: &SweepOptions,
     sweeper: &dyn crate::storage::Lease,
     marks: &mut Marks,
-    deletable: &[Condemned],
+    deletable: Deletable,
+    (dir, budget): (&Path, SortBudget),
     report: &mut SweepReport,
 ) -> Result<()> {
-    let mut next = 0;
-    while next < deletable.len() {
+    let mut queue = deletable.objects.into_sorted()?.peekable();
+    let mut late = LateMarks::new(dir, budget);
+    let mut taken = 0;
+    while queue.peek().is_some() {
         let _deleting = match store
             .storage()
             .lease(keys::DELETING_LEASE, &opts.holder, true)?
@@ -46,15 +60,16 @@ pub(super) fn delete(
         if let Some(holder) = crate::sweep::residue::live_writer(store)? {
             report.deferred = Some(format!(
                 "{} object(s) left for a later sweep: a writer is live ({holder})",
-                deletable.len() - next
+                deletable.count - taken
             ));
             return Ok(());
         }
         marks
             .roots(store)
             .map_err(|e| root_unreadable(e, "re-mark before deleting"))?;
+        late.add(marks.take(budget)?)?;
         let fence = fence::enter(&[sweeper, &*_deleting])?;
-        next = delete_batch(store, marks, deletable, next, report)?;
+        taken += delete_batch(store, &mut late, &mut queue, report)?;
         drop(fence);
         drop(_deleting);
         store.failpoints().hit(Step::BatchDeleted)?;
@@ -63,25 +78,29 @@ pub(super) fn delete(
     Ok(())
 }
 
-/// Delete from `deletable[next..]` up to the batch bounds; returns the next index.
+/// Delete from the queue up to the batch bounds; returns how many objects
+/// it took from the queue.
 fn delete_batch(
     store: &Store,
-    marks: &Marks,
-    deletable: &[Condemned],
-    mut next: usize,
+    late: &mut LateMarks,
+    queue: &mut Peekable<Sorted<'static, Obj>>,
     report: &mut SweepReport,
-) -> Result<usize> {
+) -> Result<u64> {
     let start = Instant::now();
-    let mut n = 0;
-    while next < deletable.len() && n < BATCH_COUNT && start.elapsed() < BATCH_TIME {
-        let c = &deletable[next];
-        next += 1;
-        if marks.contains(c.kind, &c.digest) {
+    let (mut n, mut taken) = (0, 0);
+    while n < BATCH_COUNT && start.elapsed() < BATCH_TIME {
+        let Some(o) = queue.next().transpose()? else {
+            break;
+        };
+        taken += 1;
+        if late.contains(o.kind, &o.digest)? {
             continue;
         }
-        store.storage().delete(&c.key())?;
-        report.deleted.add(c.size);
+        store
+            .storage()
+            .delete(&o.kind.key(&hex::encode(o.digest)))?;
+        report.deleted.add(o.size);
         n += 1;
     }
-    Ok(next)
+    Ok(taken)
 }

@@ -1,23 +1,28 @@
 //! The mark: everything reachable from the index (non-retired
 //! representations and the bases they bind), held pins and live tasks;
-//! manifests name their segments, packs and standalone blobs. Grown again
-//! by each deletion batch's re-mark. Also the pack live ratios of what it
-//! marked (`crate::liveness`), reused while the marked manifests stay the same.
+//! manifests name their segments, packs and standalone blobs, chunk lists
+//! their chunks. Grown again by each deletion batch's re-mark.
+//!
+//! Marks are [`Obj`] records sorted under the sweep's memory budget
+//! (`crate::spill`), spilled to the sweep's scratch as they outgrow it
+//! (invariant 6); what they reach is read once per sweep: every manifest,
+//! and each chunk list while a bounded memo remembers it (one forgotten is
+//! read again, and its marks combine with the earlier ones).
 
-use super::report::{Roots, Space, SparsePack, SweepReport};
-use crate::compose::Representation;
+use super::report::Roots;
 use crate::error::{Error, Result};
 use crate::format::manifest::{Manifest, RepKind, MAX_MANIFEST_BYTES};
 use crate::format::record::{IndexRecord, State, MAX_RECORD_BYTES};
-use crate::liveness::FrameUse;
 use crate::row::BlobLoc;
+use crate::spill::{read_fixed, Record, SortBudget, Sorter, Spilled};
 use crate::store::{keys, Store};
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
-/// Names how pack live ratios are computed; changing it makes the ratios in
-/// older reports stale (they are not reused).
-pub(super) const LIVENESS_KEY_TAG: &str = "strata-pack-liveness-2";
-
+/// Kinds of stored objects, in the order marks, listings and condemned
+/// lists sort them (and the order the store is listed in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) enum Kind {
     Manifest,
@@ -29,6 +34,16 @@ pub(super) enum Kind {
 }
 
 impl Kind {
+    /// Every kind, in sort order.
+    pub(super) const ALL: [Kind; 6] = [
+        Kind::Manifest,
+        Kind::Segment,
+        Kind::Pack,
+        Kind::Blob,
+        Kind::ChunkList,
+        Kind::Chunk,
+    ];
+
     pub(super) fn key(self, hex: &str) -> String {
         match self {
             Kind::Manifest => keys::manifest(hex),
@@ -64,16 +79,30 @@ impl Kind {
     }
 
     pub(super) fn from_code(c: &str) -> Option<Kind> {
-        Some(match c {
-            "m" => Kind::Manifest,
-            "s" => Kind::Segment,
-            "p" => Kind::Pack,
-            "b" => Kind::Blob,
-            "l" => Kind::ChunkList,
-            "k" => Kind::Chunk,
-            _ => return None,
-        })
+        Kind::ALL
+            .into_iter()
+            .find(|k| c.len() == 1 && c.starts_with(k.code()))
     }
+
+    /// The kind's byte in scratch records (its place in the sort order).
+    pub(super) fn byte(self) -> u8 {
+        self as u8
+    }
+
+    pub(super) fn from_byte(b: u8) -> Option<Kind> {
+        Kind::ALL.get(usize::from(b)).copied()
+    }
+}
+
+/// A scratch record's kind byte, checked.
+pub(super) fn kind_of(b: u8, run: &Path) -> Result<Kind> {
+    Kind::from_byte(b).ok_or_else(|| {
+        Error::corrupt(
+            "sweep scratch run",
+            run.display().to_string(),
+            "bad kind byte",
+        )
+    })
 }
 
 pub(super) fn digest(what: &'static str, name: &str) -> Result<[u8; 32]> {
@@ -88,17 +117,78 @@ pub(super) fn digest(what: &'static str, name: &str) -> Result<[u8; 32]> {
     }
 }
 
-/// A marked object: its size and whether a base representation reaches it.
-#[derive(Clone, Copy)]
+/// A stored object by kind and digest, with its size and, for a mark,
+/// whether a base representation reaches it (false in other lists).
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Obj {
-    size: u64,
-    base: bool,
+    pub(super) kind: Kind,
+    pub(super) digest: [u8; 32],
+    pub(super) size: u64,
+    pub(super) base: bool,
 }
 
+impl Obj {
+    /// How this object's key compares to `(kind, digest)`.
+    pub(super) fn cmp_to(&self, kind: Kind, digest: &[u8; 32]) -> Ordering {
+        (self.kind, &self.digest).cmp(&(kind, digest))
+    }
+}
+
+/// Scratch encoding: kind byte, digest, size (u64le), base byte.
+const OBJ_BYTES: usize = 42;
+
+impl Record for Obj {
+    fn key_cmp(&self, other: &Self) -> Ordering {
+        self.cmp_to(other.kind, &other.digest)
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.kind.byte());
+        out.extend_from_slice(&self.digest);
+        out.extend_from_slice(&self.size.to_le_bytes());
+        out.push(u8::from(self.base));
+    }
+
+    fn read(input: &mut impl Read, run: &Path) -> Result<Option<Obj>> {
+        let Some(b) = read_fixed::<OBJ_BYTES>(input, run)? else {
+            return Ok(None);
+        };
+        let mut digest = [0u8; 32];
+        digest.copy_from_slice(&b[1..33]);
+        let mut size = [0u8; 8];
+        size.copy_from_slice(&b[33..41]);
+        Ok(Some(Obj {
+            kind: kind_of(b[0], run)?,
+            digest,
+            size: u64::from_le_bytes(size),
+            base: b[41] != 0,
+        }))
+    }
+
+    /// One object reached twice: its size is the same (digest-named); it
+    /// is a base's if either reach is.
+    fn absorb(&mut self, later: &Obj) -> Result<()> {
+        self.base |= later.base;
+        Ok(())
+    }
+}
+
+/// Bytes one remembered chunk list costs the memo, at most (hash table
+/// slack included).
+const MEMO_ENTRY_BYTES: usize = 80;
+
 /// The reachable set, built by the mark and grown by each batch's re-mark.
-#[derive(Default)]
 pub(super) struct Marks {
-    pub(super) objects: HashMap<(Kind, [u8; 32]), Obj>,
+    /// What the mark (or the re-mark since the last [`Marks::take`]) reached.
+    pending: Sorter<Obj>,
+    /// Where `pending` sorts.
+    dir: PathBuf,
+    /// Manifests already expanded (as many as the representations reached).
+    manifests: HashSet<[u8; 32]>,
+    /// Chunk lists already expanded, and whether from a base; forgotten
+    /// when `memo_cap` is reached (a forgotten one is only read again).
+    chunk_lists: HashMap<[u8; 32], bool>,
+    memo_cap: usize,
     /// Root sources already read: newest index record keys, pin keys, task record keys.
     pub(super) seen: HashSet<String>,
     /// Generations planned for retirement (a dry run marks as if retired).
@@ -107,21 +197,53 @@ pub(super) struct Marks {
 }
 
 impl Marks {
-    pub(super) fn contains(&self, kind: Kind, d: &[u8; 32]) -> bool {
-        self.objects.contains_key(&(kind, *d))
+    /// Marks sorting in `dir` under `budget`, with `memo_bytes` for the
+    /// chunk-list memo.
+    pub(super) fn new(dir: &Path, budget: SortBudget, memo_bytes: usize) -> Result<Marks> {
+        Ok(Marks {
+            pending: Sorter::new(dir, budget)?,
+            dir: dir.to_path_buf(),
+            manifests: HashSet::new(),
+            chunk_lists: HashMap::new(),
+            memo_cap: memo_bytes / MEMO_ENTRY_BYTES,
+            seen: HashSet::new(),
+            skip: HashSet::new(),
+            roots: Roots::default(),
+        })
     }
 
-    pub(super) fn mark(&mut self, kind: Kind, d: [u8; 32], size: u64, base: bool) {
-        let o = self.objects.entry((kind, d)).or_insert(Obj { size, base });
-        o.base |= base;
+    /// What was marked since the last take, sorted; marking goes on
+    /// afresh under `budget`.
+    pub(super) fn take(&mut self, budget: SortBudget) -> Result<Spilled<Obj>> {
+        let fresh = Sorter::new(&self.dir, budget)?;
+        std::mem::replace(&mut self.pending, fresh).into_spilled()
+    }
+
+    fn mark(&mut self, kind: Kind, digest: [u8; 32], size: u64, base: bool) -> Result<()> {
+        self.pending.push(Obj {
+            kind,
+            digest,
+            size,
+            base,
+        })
+    }
+
+    fn remember_chunk_list(&mut self, d: [u8; 32], base: bool) {
+        if self.chunk_lists.len() >= self.memo_cap {
+            self.chunk_lists.clear();
+        }
+        if self.memo_cap > 0 {
+            self.chunk_lists.insert(d, base);
+        }
     }
 
     /// Mark a manifest, what it names and the base manifest it binds. The
-    /// manifest itself is marked last, so one that failed to load (or whose
-    /// base failed) is expanded again by the next root that names it.
+    /// manifest itself is marked (and remembered) last, so one that failed
+    /// to load (or whose base failed) is expanded again by the next root
+    /// that names it.
     pub(super) fn manifest(&mut self, store: &Store, name: &str) -> Result<()> {
         let d = digest("manifest", name)?;
-        if self.contains(Kind::Manifest, &d) {
+        if self.manifests.contains(&d) {
             return Ok(());
         }
         let bytes = store
@@ -130,13 +252,13 @@ impl Marks {
         let m = Manifest::decode(name, &bytes)?;
         let base = m.representation == RepKind::Base;
         for s in &m.segments {
-            self.mark(Kind::Segment, digest("segment", &s.name)?, s.size, base);
+            self.mark(Kind::Segment, digest("segment", &s.name)?, s.size, base)?;
         }
         for p in &m.packs {
-            self.mark(Kind::Pack, digest("pack", &p.name)?, p.size, base);
+            self.mark(Kind::Pack, digest("pack", &p.name)?, p.size, base)?;
         }
         for b in &m.blobs {
-            self.mark(Kind::Blob, digest("blob", &b.name)?, b.size, base);
+            self.mark(Kind::Blob, digest("blob", &b.name)?, b.size, base)?;
         }
         for c in &m.chunklists {
             self.chunk_list(store, &c.name, c.size, base)?;
@@ -144,7 +266,8 @@ impl Marks {
         if let Some(b) = &m.base {
             self.manifest(store, &b.manifest)?;
         }
-        self.mark(Kind::Manifest, d, bytes.len() as u64, base);
+        self.mark(Kind::Manifest, d, bytes.len() as u64, base)?;
+        self.manifests.insert(d);
         Ok(())
     }
 
@@ -153,19 +276,17 @@ impl Marks {
     /// that cannot be read fails the mark: its chunks are unaccounted for.
     fn chunk_list(&mut self, store: &Store, name: &str, size: u64, base: bool) -> Result<()> {
         let d = digest("chunk list", name)?;
-        if let Some(o) = self.objects.get_mut(&(Kind::ChunkList, d)) {
-            o.base |= base;
-            if !base {
-                return Ok(());
-            }
+        if self.chunk_lists.get(&d).is_some_and(|&had| had || !base) {
+            return Ok(());
         }
         let list = crate::chunks::list_any(store, &d)?;
         for e in &list.extents {
             if let crate::format::chunk::Extent::Data { len, digest } = *e {
-                self.mark(Kind::Chunk, digest, len, base);
+                self.mark(Kind::Chunk, digest, len, base)?;
             }
         }
-        self.mark(Kind::ChunkList, d, size, base);
+        self.mark(Kind::ChunkList, d, size, base)?;
+        self.remember_chunk_list(d, base);
         Ok(())
     }
 
@@ -327,15 +448,16 @@ impl Marks {
     fn resumable_journals(&mut self, store: &Store) -> Result<()> {
         let mut rows = Vec::new();
         crate::resumable::protected_refs(store, |row| rows.push((row.digest, row.blob, row.size)))?;
+        let (mut packs, mut lists) = (HashSet::new(), HashSet::new());
         for (digest, blob, size) in rows {
             let sized = |key: String| store.storage().size(&key).map(|s| s.unwrap_or(0));
             match (blob, digest) {
-                (BlobLoc::Packed { pack, .. }, _) if !self.contains(Kind::Pack, &pack) => {
+                (BlobLoc::Packed { pack, .. }, _) if packs.insert(pack) => {
                     let size = sized(keys::pack(&hex::encode(pack)))?;
-                    self.mark(Kind::Pack, pack, size, false);
+                    self.mark(Kind::Pack, pack, size, false)?;
                 }
-                (BlobLoc::Standalone, Some(d)) => self.mark(Kind::Blob, d, size, false),
-                (BlobLoc::Chunked { list, .. }, _) if !self.contains(Kind::ChunkList, &list) => {
+                (BlobLoc::Standalone, Some(d)) => self.mark(Kind::Blob, d, size, false)?,
+                (BlobLoc::Chunked { list, .. }, _) if lists.insert(list) => {
                     let name = hex::encode(list);
                     let size = sized(keys::chunk_list(&name))?;
                     self.chunk_list(store, &name, size, false)?;
@@ -345,109 +467,4 @@ impl Marks {
         }
         Ok(())
     }
-
-    /// Live bytes by category (reached from a base, or only from deltas).
-    pub(super) fn space(&self) -> Space {
-        let mut space = Space::default();
-        for o in self.objects.values() {
-            match o.base {
-                true => space.live_base.add(o.size),
-                false => space.live_delta.add(o.size),
-            }
-        }
-        space
-    }
-
-    /// Names of the marked manifests, sorted.
-    pub(super) fn manifest_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .objects
-            .keys()
-            .filter(|(k, _)| *k == Kind::Manifest)
-            .map(|(_, d)| hex::encode(d))
-            .collect();
-        names.sort();
-        names
-    }
-
-    /// Live and dead bytes of every reachable pack, from the location
-    /// columns of every reachable row; reused from `previous` when the
-    /// reachable manifests are the same (their rows are immutable).
-    pub(super) fn pack_liveness(
-        &self,
-        store: &Store,
-        previous: Option<&SweepReport>,
-    ) -> Result<Liveness> {
-        let names = self.manifest_names();
-        let mut h = blake3::Hasher::new();
-        h.update(LIVENESS_KEY_TAG.as_bytes());
-        for n in &names {
-            h.update(b"\n");
-            h.update(n.as_bytes());
-        }
-        let key = hex::encode(h.finalize().as_bytes());
-        if let Some(p) = previous.filter(|p| p.liveness_key == key) {
-            return Ok(Liveness {
-                key,
-                live: p.space.packs_live_bytes,
-                dead: p.space.packs_dead_bytes,
-                sparse: p.sparse_packs.clone(),
-                rows: 0,
-            });
-        }
-        let mut used = FrameUse::default();
-        let mut rows = 0;
-        for name in &names {
-            let rep = Representation::open(store, name)?;
-            if rep.manifest.packs.is_empty() {
-                continue;
-            }
-            rep.blob_locs(|loc| {
-                rows += 1;
-                used.add(loc);
-            })?;
-        }
-        Ok(self.tally_packs(store, key, &mut used, rows))
-    }
-
-    pub(super) fn tally_packs(
-        &self,
-        store: &Store,
-        key: String,
-        used: &mut FrameUse,
-        rows: u64,
-    ) -> Liveness {
-        let mut out = Liveness {
-            key,
-            rows,
-            ..Liveness::default()
-        };
-        for (&(kind, d), o) in &self.objects {
-            if kind != Kind::Pack {
-                continue;
-            }
-            let pack = used.pack_use(store, d, o.size);
-            out.live += pack.live;
-            out.dead += pack.dead();
-            if pack.is_sparse() {
-                out.sparse.push(SparsePack {
-                    name: hex::encode(d),
-                    size: o.size,
-                    live_bytes: pack.live,
-                });
-            }
-        }
-        out.sparse.sort_by(|a, b| a.name.cmp(&b.name));
-        out
-    }
-}
-
-/// Pack live ratios of one set of reachable manifests.
-#[derive(Default)]
-pub(super) struct Liveness {
-    pub(super) key: String,
-    pub(super) live: u64,
-    pub(super) dead: u64,
-    pub(super) sparse: Vec<SparsePack>,
-    pub(super) rows: u64,
 }

@@ -31,26 +31,41 @@
 //! A sweep that would only repeat the newest epoch's report and condemned
 //! list writes nothing (`SweepReport::unchanged`).
 //!
+//! Memory is bounded by [`SweepOptions::budget`], not by the store
+//! (invariant 6; `scratch.rs` divides it): the marks, the previous
+//! condemned list, the frames counted for pack live ratios and the
+//! re-marks' late marks are sorted records (`crate::spill`) that spill to
+//! the sweep's scratch directory; condemning is a merge of the store's
+//! listing, in key order one directory at a time, with them; the new
+//! condemned list and the deletable objects stream to scratch. What stays
+//! in memory besides grows with the roots (index records read, manifests
+//! expanded), not with the objects they reach.
+//!
 //! Readers are never blocked: the mark only reads, condemning writes one
 //! list, and a batch is a few hundred unlinks of objects nobody can reach.
 
 mod condemned;
 mod delete;
+mod late;
 mod mark;
+mod ratios;
 mod report;
 pub mod residue;
+mod scratch;
 
 pub use report::{last_report, Roots, Space, SparsePack, SweepReport, Tally};
 
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
+use crate::spill::{SortBudget, Spilled};
 use crate::storage::TryLease;
 use crate::store::{keys, Store};
-use condemned::{epochs, finish, load_condemned, unreachable, write_condemned, FirstCondemned};
-use delete::delete;
-use mark::Marks;
+use condemned::{condemn, epochs, finish, load_condemned, write_condemned, Clock, Previous};
+use delete::{delete, Deletable};
+use mark::{Marks, Obj};
+use ratios::pack_liveness;
 use report::{staging_space, REPORT_TAG, REPORT_VERSION};
-use std::collections::HashMap;
+use scratch::{Scratch, Shares};
 use std::time::{Duration, Instant};
 
 /// Least grace on a remote store, in lease ttls (see `effective_grace`).
@@ -67,6 +82,9 @@ pub struct SweepOptions {
     /// Recompute pack live ratios from every reachable row even when the
     /// previous report's apply (`liveness_key`).
     pub recount: bool,
+    /// Memory the sweep's sorts and memo keep before spilling to its
+    /// scratch, and their merge fan-in (`scratch::Shares` divides it).
+    pub budget: SortBudget,
 }
 
 /// Take the sweeper lease or report who holds it.
@@ -98,11 +116,15 @@ fn effective_grace(store: &Store, asked: Duration, report: &mut SweepReport) -> 
     floor
 }
 
-/// Run one sweep (see the module docs for the steps).
+/// Run one sweep (see the module docs for the steps). An unworkable
+/// budget is refused before anything is read.
 pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
+    opts.budget.check()?;
     let started = Instant::now();
     let now = crate::token::now_ns();
     let sweeper = take_sweeper(store, &opts.holder)?;
+    let scratch = Scratch::create(store)?;
+    let shares = Shares::of(opts.budget);
     let mut report = SweepReport {
         tag: REPORT_TAG.into(),
         version: REPORT_VERSION,
@@ -111,72 +133,108 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
         started_ns: now,
         ..SweepReport::default()
     };
-    let mut marks = Marks::default();
+    let mut marks = Marks::new(scratch.dir(), shares.marks, shares.memo_bytes)?;
     retire(store, opts, &mut report, &mut marks)?;
     residue(store, opts, &mut report)?;
-    let mark_start = Instant::now();
-    marks.roots(store).map_err(|e| root_unreadable(e, "mark"))?;
     let previous = last_report(store).unwrap_or(None);
-    let liveness = marks
-        .pack_liveness(store, previous.as_ref().filter(|_| !opts.recount))
-        .map_err(|e| root_unreadable(e, "pack live ratios"))?;
-    let mut space = marks.space();
-    space.packs_live_bytes = liveness.live;
-    space.packs_dead_bytes = liveness.dead;
-    report.sparse_packs = liveness.sparse;
-    report.liveness_key = liveness.key;
-    report.mark_ms = mark_start.elapsed().as_millis() as u64;
-    report.marked = marks.objects.len() as u64;
-    report.mark_rows = liveness.rows;
-    report.roots = marks.roots.clone();
+    let reuse = previous.as_ref().filter(|_| !opts.recount);
+    let marked = mark(store, (&scratch, &shares), reuse, &mut marks, &mut report)?;
     let known = epochs(store)?;
-    let epoch = match known.last() {
-        None => 1,
-        Some(e) => e.checked_add(1).ok_or_else(|| {
-            Error::corrupt(
-                "sweep epoch",
-                keys::EPOCH_DIR,
-                "the newest epoch cannot be followed",
-            )
-        })?,
-    };
+    let epoch = next_epoch(known.last().copied())?;
     report.epoch = epoch;
-    let prev = previous_condemned(store, known.last().copied(), &mut report);
-    let listing = unreachable(store, &marks, &prev, epoch, now)?;
-    let condemned = listing.condemned;
-    report.objects = listing.listed;
-    space.reachable = listing.reachable;
+    let newest = known.last().copied();
+    let prev = previous_condemned(store, newest, (&scratch, shares.previous), &mut report);
     let grace = effective_grace(store, opts.grace, &mut report);
-    let grace_ns = grace.as_nanos().min(i64::MAX as u128) as i64;
-    let mut deletable = Vec::new();
-    for c in &condemned {
-        report.condemned.add(c.size);
-        if c.first_epoch == epoch {
-            report.newly_condemned.add(c.size);
-        } else if now.saturating_sub(c.first_ns) >= grace_ns {
-            report.deletable.add(c.size);
-            deletable.push(c.clone());
-        }
-    }
-    report.space = space;
-    report.space.condemned = report.condemned;
-    report.space.staging = staging_space(store)?;
+    let clock = Clock {
+        epoch,
+        now,
+        grace_ns: grace.as_nanos().min(i64::MAX as u128) as i64,
+    };
+    let c = condemn(store, &marked, &prev, &clock, scratch.dir())?;
+    drop((marked, prev.firsts));
+    tally(store, &c, &mut report)?;
     if let Some(p) = previous.filter(|p| known.last() == Some(&p.epoch)) {
-        report.unchanged = unchanged(&report, &p, prev.len(), condemned.len());
+        report.unchanged = unchanged(&report, &p, prev.len, c.condemned.count);
         report.epoch = if report.unchanged { p.epoch } else { epoch };
     }
     if opts.dry_run || report.unchanged {
         report.duration_ms = started.elapsed().as_millis() as u64;
         return Ok(report);
     }
-    write_condemned(store, epoch, &condemned, now)?;
+    write_condemned(store, epoch, &c, now, scratch.dir())?;
     store.failpoints().hit(Step::Condemned)?;
-    delete(store, opts, &*sweeper, &mut marks, &deletable, &mut report)?;
+    let deletable = Deletable {
+        objects: c.deletable_objects,
+        count: c.deletable.count,
+    };
+    let late = (scratch.dir(), shares.late);
+    delete(
+        store,
+        opts,
+        &*sweeper,
+        &mut marks,
+        deletable,
+        late,
+        &mut report,
+    )?;
     report.space.condemned.count -= report.deleted.count;
     report.space.condemned.bytes -= report.deleted.bytes;
     report.duration_ms = started.elapsed().as_millis() as u64;
     finish(store, epoch, &known, &report)?;
     Ok(report)
+}
+
+/// Step 3: mark from every root, then the pack live ratios of what was
+/// marked (reused from `previous`, the newest report, when it applies).
+fn mark(
+    store: &Store,
+    (scratch, shares): (&Scratch, &Shares),
+    previous: Option<&SweepReport>,
+    marks: &mut Marks,
+    report: &mut SweepReport,
+) -> Result<Spilled<Obj>> {
+    let start = Instant::now();
+    marks.roots(store).map_err(|e| root_unreadable(e, "mark"))?;
+    let marked = marks.take(shares.late)?;
+    let liveness = pack_liveness(store, &marked, previous, scratch.dir(), shares.frames)
+        .map_err(|e| root_unreadable(e, "pack live ratios"))?;
+    report.space.packs_live_bytes = liveness.live;
+    report.space.packs_dead_bytes = liveness.dead;
+    report.sparse_packs = liveness.sparse;
+    report.liveness_key = liveness.key;
+    report.mark_ms = start.elapsed().as_millis() as u64;
+    report.mark_rows = liveness.rows;
+    report.roots = marks.roots.clone();
+    Ok(marked)
+}
+
+/// The epoch after the newest one.
+fn next_epoch(newest: Option<u64>) -> Result<u64> {
+    let Some(e) = newest else {
+        return Ok(1);
+    };
+    e.checked_add(1).ok_or_else(|| {
+        Error::corrupt(
+            "sweep epoch",
+            keys::EPOCH_DIR,
+            "the newest epoch cannot be followed",
+        )
+    })
+}
+
+/// Step 4's figures into the report: what was listed, marked and condemned.
+fn tally(store: &Store, c: &condemned::Condemnation, report: &mut SweepReport) -> Result<()> {
+    report.objects = c.listed;
+    report.marked = c.marked;
+    report.space.live_base = c.live_base;
+    report.space.live_delta = c.live_delta;
+    report.space.reachable = c.reachable.clone();
+    report.condemned = c.condemned;
+    report.newly_condemned = c.newly;
+    report.deletable = c.deletable;
+    report.space.condemned = c.condemned;
+    report.space.staging = staging_space(store)?;
+    Ok(())
 }
 
 /// Whether a sweep would only write again what the newest epoch's report
@@ -186,7 +244,7 @@ pub fn sweep(store: &Store, opts: &SweepOptions) -> Result<SweepReport> {
 /// third (docs/BENCHMARKS.md, "Sweep"). Every condemned object was found in
 /// the list (none is new), so equal counts mean equal sets, and each keeps
 /// the epoch and time it was first condemned.
-fn unchanged(r: &SweepReport, p: &SweepReport, prev_len: usize, condemned: usize) -> bool {
+fn unchanged(r: &SweepReport, p: &SweepReport, prev_len: u64, condemned: u64) -> bool {
     r.retired.is_empty()
         && r.reclaimed.is_empty()
         && r.invalid.is_empty()
@@ -204,23 +262,24 @@ fn unchanged(r: &SweepReport, p: &SweepReport, prev_len: usize, condemned: usize
         && r.space == p.space
 }
 
-/// The previous epoch's condemned list; an unreadable one only restarts the
-/// grace of every object (they all count as newly condemned), so it is
-/// reported and the sweep goes on.
+/// The previous epoch's condemned list, sorted in scratch; an unreadable
+/// one only restarts the grace of every object (they all count as newly
+/// condemned), so it is reported and the sweep goes on.
 fn previous_condemned(
     store: &Store,
     epoch: Option<u64>,
+    (scratch, budget): (&Scratch, SortBudget),
     report: &mut SweepReport,
-) -> FirstCondemned {
+) -> Previous {
     let Some(e) = epoch else {
-        return HashMap::new();
+        return Previous::none();
     };
-    load_condemned(store, e).unwrap_or_else(|err| {
+    load_condemned(store, e, scratch.dir(), budget).unwrap_or_else(|err| {
         report.warnings.push(format!(
             "previous condemned list unreadable, grace restarts: {}",
             crate::cli_chain(&err)
         ));
-        HashMap::new()
+        Previous::none()
     })
 }
 
