@@ -77,6 +77,7 @@ fn seed_store() -> &'static Path {
                 holder: "fuzz".into(),
                 recount: false,
                 budget: Default::default(),
+                upload_age: strata::sweep::DEFAULT_UPLOAD_AGE,
             };
             strata::sweep::sweep(&store, &opts).unwrap();
         }

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use strata::storage::{fence, CasOutcome, PutOutcome, S3Storage, Storage, TryLease};
@@ -437,6 +437,13 @@ struct Faults {
     /// While nonzero, hold every chunk a client sends for [`STALL`], and
     /// drop it if the client gave up meanwhile: a stalled network.
     stall: AtomicU32,
+    /// Lose the answer to this many conditional PUTs (`If-None-Match` or
+    /// `If-Match`): the server applies the write, the client never hears
+    /// back and its connection closes.
+    lost_reply: AtomicU32,
+    /// Close the connection of this many multipart part uploads
+    /// (`partNumber=`) before they reach the server.
+    cut_parts: AtomicU32,
 }
 
 const STALL: Duration = Duration::from_secs(3);
@@ -516,22 +523,54 @@ fn serve(mut client: TcpStream, upstream: &str, f: &Arc<Faults>) {
         return;
     };
     let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    let f2 = f.clone();
-    let up = std::thread::spawn(move || pump(c2, s2, &f2));
+    let (f2, doomed) = (f.clone(), Arc::new(AtomicBool::new(false)));
+    let d2 = doomed.clone();
+    let up = std::thread::spawn(move || pump(c2, s2, &f2, &d2));
     let (mut s, mut c) = (server, client);
-    let _ = std::io::copy(&mut s, &mut c);
+    let mut buf = vec![0u8; 64 << 10];
+    // Server to client, until a doomed request's answer comes back: that
+    // is dropped, and the client's connection closed.
+    while let Ok(n @ 1..) = s.read(&mut buf) {
+        if doomed.load(Ordering::SeqCst) || c.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
     let _ = c.shutdown(std::net::Shutdown::Both);
+    let _ = s.shutdown(std::net::Shutdown::Both);
     let _ = up.join();
 }
 
+/// Whether `chunk` starts a request whose head matches `pick`.
+fn request_head(chunk: &[u8], pick: impl Fn(&str) -> bool) -> bool {
+    let text = String::from_utf8_lossy(&chunk[..chunk.len().min(4096)]).to_ascii_lowercase();
+    ["put ", "post ", "get ", "head ", "delete "]
+        .iter()
+        .any(|m| text.starts_with(m))
+        && pick(text.split("\r\n\r\n").next().unwrap_or(""))
+}
+
 /// Client to server, through a network that may stall.
-fn pump(mut from: TcpStream, mut to: TcpStream, f: &Faults) {
+/// A conditional PUT may be marked `doomed` (its answer is to be lost)
+/// before it is forwarded; a part upload may be cut instead.
+fn pump(mut from: TcpStream, mut to: TcpStream, f: &Faults, doomed: &AtomicBool) {
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        let conditional = |h: &str| {
+            h.starts_with("put ")
+                && (h.contains("\r\nif-none-match:") || h.contains("\r\nif-match:"))
+        };
+        if request_head(&buf[..n], conditional) && take(&f.lost_reply) {
+            doomed.store(true, Ordering::SeqCst);
+        }
+        let part = |h: &str| h.starts_with("put ") && h.contains("partnumber=");
+        if request_head(&buf[..n], part) && take(&f.cut_parts) {
+            let _ = from.shutdown(std::net::Shutdown::Both);
+            break;
+        }
         if f.stall.load(Ordering::SeqCst) > 0 {
             std::thread::sleep(STALL);
             if gave_up(&from) {
@@ -650,6 +689,194 @@ fn injected_network_faults_are_retried_or_fail_cleanly() {
         &["commit", "--set", "n", src.to_str().unwrap()],
     ));
     assert_eq!(snapshot_gen(&store, "n", None), snapshot_dir(&src));
+}
+
+#[test]
+fn conditional_writes_whose_answer_was_lost_are_not_applied_twice() {
+    let t = tempfile::tempdir().unwrap();
+    let (st, src, local) = (
+        t.path().join("store"),
+        t.path().join("src"),
+        t.path().join("host"),
+    );
+    for i in 0..20 {
+        write(
+            &src,
+            &format!("d{}/f{i}", i % 3),
+            &noise(i, 2000 + i as usize),
+        );
+    }
+    settle();
+    let store = new_s3_store(&st);
+    let faults = Arc::new(Faults::default());
+    let proxy = fault_proxy(faults.clone());
+    let src_arg = src.to_str().unwrap();
+
+    // Every create-exclusive or compare-and-swap PUT of these commands may
+    // be applied by the server with its answer lost: each is retried, the
+    // retry finds the object already there, and the writer recognises its
+    // own bytes. Each command succeeds once, and does what it did once.
+    for (round, lost) in [(1u64, 3u32), (2, 6)] {
+        write(&src, &format!("round{round}"), &noise(100 + round, 5000));
+        settle();
+        faults.lost_reply.store(lost, Ordering::SeqCst);
+        ok(&via(
+            &proxy,
+            &st,
+            &local,
+            &["commit", "--set", "n", src_arg],
+        ));
+        assert_eq!(faults.lost_reply.load(Ordering::SeqCst), 0, "round {round}");
+        let latest = strata::index::GenIndex::new(&store, "n")
+            .latest()
+            .unwrap()
+            .unwrap();
+        assert_eq!(latest.generation, round, "one generation per commit");
+        assert_eq!(snapshot_gen(&store, "n", None), snapshot_dir(&src));
+    }
+    faults.lost_reply.store(2, Ordering::SeqCst);
+    ok(&via(
+        &proxy,
+        &st,
+        &local,
+        &["tag", "--set", "n", "--gen", "1", "first"],
+    ));
+    faults.lost_reply.store(2, Ordering::SeqCst);
+    ok(&via(
+        &proxy,
+        &st,
+        &local,
+        &["retain", "--set", "n", "--keep-last", "1"],
+    ));
+    faults.lost_reply.store(0, Ordering::SeqCst);
+    let tags = ok(&strata_s3(&st, &local, &["tags", "--set", "n"]));
+    assert!(tags.contains("first"), "{tags}");
+    ok(&strata_s3(&st, &local, &["verify", "--all"]));
+    ok(&strata_s3(&st, &local, &["commit", "--set", "n", src_arg]));
+}
+
+/// A request signed for the test server by curl: (status, body).
+fn s3_curl(method: &str, path_and_query: &str, body: Option<&[u8]>) -> (u16, String) {
+    let (id, secret) = (
+        std::env::var("AWS_ACCESS_KEY_ID").unwrap(),
+        std::env::var("AWS_SECRET_ACCESS_KEY").unwrap(),
+    );
+    let url = format!(
+        "{}/{}/{path_and_query}",
+        std::env::var("STRATA_TEST_S3_ENDPOINT").unwrap(),
+        std::env::var("STRATA_TEST_S3_BUCKET").unwrap()
+    );
+    let mut c = Command::new("curl");
+    c.args(["-s", "-w", "\n%{http_code}", "-X", method])
+        .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user"])
+        .arg(format!("{id}:{secret}"))
+        .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]);
+    if body.is_some() {
+        c.args(["--data-binary", "@-"]);
+    }
+    let mut child = c
+        .arg(url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(body.unwrap_or_default()).unwrap();
+    drop(stdin);
+    let out = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap();
+    let (text, code) = out.rsplit_once('\n').unwrap();
+    (code.trim().parse().unwrap(), text.to_string())
+}
+
+/// Incomplete multipart uploads the server holds under `prefix`, by key.
+fn uploads_under(prefix: &str) -> Vec<String> {
+    let (code, xml) = s3_curl("GET", &format!("?prefix={prefix}%2F&uploads="), None);
+    assert_eq!(code, 200, "{xml}");
+    xml.split("<Key>")
+        .skip(1)
+        .map(|k| k.split("</Key>").next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_failed_multipart_upload_is_aborted_and_an_abandoned_one_is_swept() {
+    let t = tempfile::tempdir().unwrap();
+    let faults = Arc::new(Faults::default());
+    let mut o = s3_options(&t.path().join("raw"));
+    o.endpoint.url = Some(fault_proxy(faults.clone()));
+    o.local_dir = t.path().join("host");
+    let raw = o.endpoint.prefix.clone();
+    let storage = S3Storage::open(&o).unwrap();
+    let staged = t.path().join("staged");
+    let big = noise(7, (72 << 20) + 12345);
+
+    // Parts that never arrive fail the upload, which is aborted: no
+    // object, no parts left on the server.
+    std::fs::write(&staged, &big).unwrap();
+    faults.cut_parts.store(1000, Ordering::SeqCst);
+    let e = storage.put_file_if_absent("test/big", &staged).unwrap_err();
+    faults.cut_parts.store(0, Ordering::SeqCst);
+    assert!(e.to_string().contains("test/big"), "{e}");
+    assert_eq!(storage.size("test/big").unwrap(), None);
+    assert_eq!(uploads_under(&raw), Vec::<String>::new());
+    // Without faults the same upload completes, whole, with none left.
+    std::fs::write(&staged, &big).unwrap();
+    let put = storage.put_file_if_absent("test/big", &staged).unwrap();
+    assert_eq!(put, PutOutcome::Created);
+    assert_eq!(storage.size("test/big").unwrap(), Some(big.len() as u64));
+    let tail = storage
+        .get_range_stored("test/big", (72 << 20) - 7, 12352)
+        .unwrap();
+    assert_eq!(tail, &big[(72 << 20) - 7..]);
+    assert_eq!(uploads_under(&raw), Vec::<String>::new());
+
+    // A writer that died mid-upload left an upload with a part: sweeps
+    // leave it while it is younger than the age, then abort it.
+    let (st, src) = (t.path().join("store"), t.path().join("src"));
+    write(&src, "a", b"a");
+    settle();
+    new_s3_store(&st);
+    let prefix = s3_options(&st).endpoint.prefix;
+    let key = format!("{prefix}/packs/0f/abandoned.pack");
+    let (code, xml) = s3_curl("POST", &format!("{key}?uploads="), Some(b""));
+    assert_eq!(code, 200, "{xml}");
+    let id = xml
+        .split("<UploadId>")
+        .nth(1)
+        .unwrap()
+        .split("</UploadId>")
+        .next()
+        .unwrap();
+    let part = format!("{key}?partNumber=1&uploadId={id}");
+    assert_eq!(s3_curl("PUT", &part, Some(&noise(3, 1 << 20))).0, 200);
+    assert_eq!(uploads_under(&prefix), vec![key.clone()]);
+    let host = t.path().join("host2");
+    let sweep = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["sweep", "--json", "--grace", "0s"];
+        all.extend(args);
+        serde_json::from_str(&ok(&strata_s3(&st, &host, &all))).unwrap()
+    };
+    let young = sweep(&["--in-process"]);
+    assert_eq!(young["uploads_aborted"], serde_json::json!([]));
+    assert_eq!(uploads_under(&prefix), vec![key.clone()]);
+    let named = sweep(&["--dry-run", "--upload-age", "0s"]);
+    assert_eq!(
+        named["uploads_aborted"],
+        serde_json::json!(["packs/0f/abandoned.pack"])
+    );
+    assert_eq!(uploads_under(&prefix), vec![key.clone()]);
+    let aborted = sweep(&["--upload-age", "0s"]);
+    assert_eq!(
+        aborted["uploads_aborted"],
+        serde_json::json!(["packs/0f/abandoned.pack"])
+    );
+    assert_eq!(uploads_under(&prefix), Vec::<String>::new());
+    ok(&strata_s3(
+        &st,
+        &host,
+        &["commit", "--set", "s", src.to_str().unwrap()],
+    ));
+    ok(&strata_s3(&st, &host, &["verify", "--all"]));
 }
 
 #[test]

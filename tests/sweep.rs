@@ -319,6 +319,7 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
                 holder: "race sweeper".into(),
                 recount: false,
                 budget: Default::default(),
+                upload_age: strata::sweep::DEFAULT_UPLOAD_AGE,
             };
             let (mut sweeps, mut deleted) = (0, 0);
             while !stop.load(Ordering::Relaxed) {
@@ -389,6 +390,7 @@ fn commits_materializations_and_sweeps_racing_never_lose_a_retained_byte() {
             holder: "final".into(),
             recount: false,
             budget: Default::default(),
+            upload_age: strata::sweep::DEFAULT_UPLOAD_AGE,
         },
     )
     .unwrap();
@@ -660,6 +662,7 @@ fn two_sweeps(st: &Path, budget: strata::spill::SortBudget) -> Vec<String> {
         holder: "test".into(),
         recount: false,
         budget,
+        upload_age: strata::sweep::DEFAULT_UPLOAD_AGE,
     };
     let mut out = Vec::new();
     for _ in 0..2 {

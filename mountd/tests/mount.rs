@@ -1302,6 +1302,7 @@ fn sweep_now(store: &Store) -> strata::sweep::SweepReport {
         holder: "test".into(),
         recount: false,
         budget: Default::default(),
+        upload_age: strata::sweep::DEFAULT_UPLOAD_AGE,
     };
     strata::sweep::sweep(store, &opts).unwrap()
 }

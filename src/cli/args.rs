@@ -438,11 +438,16 @@ pub(crate) struct SweepArgs {
     /// sweep given a fan-in runs in this process
     #[arg(long, value_name = "N")]
     pub(crate) sort_fan_in: Option<usize>,
+    /// On an S3 store: abort incomplete multipart uploads begun at least
+    /// this long ago (default 24h; a writer that died mid-upload left
+    /// them); a sweep given an age runs in this process
+    #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
+    pub(crate) upload_age: Option<Duration>,
     /// For the mount daemon: serve sweeps until stdin closes, in the
     /// background as --background does; one JSON request per line in
     /// (`grace_ms`, `dry_run`, `recount`), one JSON answer per line out
     #[arg(long, hide = true, requires = "in_process",
-        conflicts_with_all = ["dry_run", "grace", "recount", "json", "sort_memory", "sort_fan_in"])]
+        conflicts_with_all = ["dry_run", "grace", "recount", "json", "sort_memory", "sort_fan_in", "upload_age"])]
     pub(crate) serve: bool,
     /// Print JSON instead of a table
     #[arg(long)]

@@ -86,7 +86,7 @@ pub(crate) fn sweep(store: &Store, root: &Path, a: SweepArgs) -> Result<i32> {
 }
 
 fn run_sweep(store: &Store, root: &Path, grace: Duration, a: &SweepArgs) -> Result<SweepReport> {
-    let budgeted = a.sort_memory.is_some() || a.sort_fan_in.is_some();
+    let budgeted = a.sort_memory.is_some() || a.sort_fan_in.is_some() || a.upload_age.is_some();
     if !a.in_process && !budgeted {
         let request = control::Command::Sweep {
             grace_ms: Some(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)),
@@ -105,6 +105,7 @@ fn run_sweep(store: &Store, root: &Path, grace: Duration, a: &SweepArgs) -> Resu
         holder: format!("strata sweep pid={}", std::process::id()),
         recount: a.recount,
         budget: super::commit::sort_budget(a.sort_memory, a.sort_fan_in),
+        upload_age: a.upload_age.unwrap_or(strata::sweep::DEFAULT_UPLOAD_AGE),
     };
     if a.background {
         strata::os::background_process();
@@ -187,6 +188,7 @@ fn serve_one(store: &Store, holder: &str, job: SweepJob) -> SweepAnswer {
         holder: holder.to_string(),
         recount: job.recount,
         budget: strata::spill::SortBudget::default(),
+        upload_age: strata::sweep::DEFAULT_UPLOAD_AGE,
     };
     match strata::sweep::sweep(&store.reopened(), &opts) {
         Ok(report) => SweepAnswer::Report(Box::new(report)),
@@ -249,6 +251,10 @@ fn print_report(r: &SweepReport) {
     };
     for i in &r.reclaimed {
         println!("  {reclaim} {} {} ({})", i.kind, i.key, i.detail);
+    }
+    let abort = if r.dry_run { "would abort" } else { "aborted" };
+    for key in &r.uploads_aborted {
+        println!("  {abort} the incomplete upload of {key}");
     }
     for h in &r.roots.held_back {
         println!("  held back: {h}");

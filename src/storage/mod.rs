@@ -18,6 +18,7 @@ mod location;
 pub mod pieces;
 mod remote;
 mod s3;
+mod uploads;
 
 pub(crate) use local::ensure_dir as ensure_local_dir;
 pub use local::LocalStorage;
@@ -182,6 +183,12 @@ pub trait Storage: Send + Sync + Debug {
     /// backend knows at once, as with OS locks).
     fn lease_ttl(&self) -> Option<Duration> {
         None
+    }
+    /// Abort the incomplete multipart uploads (a remote store's; a local
+    /// one has none) initiated at least `age` ago, or with `dry_run` only
+    /// name them: the keys they were for.
+    fn abort_stale_uploads(&self, _age: Duration, _dry_run: bool) -> Result<Vec<String>> {
+        Ok(Vec::new())
     }
     /// Requests sent to a remote store so far, by kind, and cache use
     /// (`None` for the local backend).

@@ -36,7 +36,7 @@ const RETRIES: u32 = 6;
 /// Run `f`, again after 100 ms, 200 ms, ... 3.2 s while it fails
 /// transiently; other outcomes (including not-found and 403) are final. No
 /// attempt starts past the deadline of the thread's fence.
-fn again<T>(f: impl Fn() -> Result<T>) -> Result<T> {
+pub(super) fn again<T>(f: impl Fn() -> Result<T>) -> Result<T> {
     let fence = fence::current();
     let mut attempt = 0;
     loop {
@@ -178,8 +178,9 @@ impl Counts {
 #[derive(Debug)]
 pub(crate) struct Remote {
     pub(crate) counts: Counts,
-    store: Arc<AmazonS3>,
-    prefix: String,
+    pub(super) store: Arc<AmazonS3>,
+    pub(super) prefix: String,
+    pub(super) allow_http: bool,
     rt: tokio::runtime::Runtime,
     describe: String,
 }
@@ -221,6 +222,7 @@ impl Remote {
             counts: Counts::default(),
             store: Arc::new(store),
             prefix: ep.prefix.clone(),
+            allow_http: ep.allow_http,
             rt,
             describe: format!("s3://{}/{} at {at}", ep.bucket, ep.prefix),
         })
@@ -230,7 +232,7 @@ impl Remote {
         &self.describe
     }
 
-    fn path(&self, key: &str) -> ObjPath {
+    pub(super) fn path(&self, key: &str) -> ObjPath {
         if self.prefix.is_empty() {
             ObjPath::from(key)
         } else {
@@ -240,7 +242,10 @@ impl Remote {
 
     /// Run one request to completion; under a fence, only until its
     /// deadline (then the request is abandoned and the answer is `Fenced`).
-    fn block<T>(&self, request: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    pub(super) fn block<T>(
+        &self,
+        request: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
         let Some(fence) = fence::current() else {
             return self.rt.block_on(request);
         };
@@ -250,7 +255,7 @@ impl Remote {
             .unwrap_or_else(|_| Err(fence.fenced()))
     }
 
-    fn err(op: &'static str, key: &str, e: object_store::Error) -> Error {
+    pub(super) fn err(op: &'static str, key: &str, e: object_store::Error) -> Error {
         match e {
             object_store::Error::NotFound { .. } => Error::missing_object(key),
             e => Error::Remote {
@@ -414,37 +419,60 @@ impl Remote {
     }
 
     /// Upload a large local file in parts (only for content-named objects:
-    /// an overwrite by a concurrent identical upload changes nothing).
+    /// an overwrite by a concurrent identical upload changes nothing). An
+    /// upload that fails is aborted, so no parts stay behind; one whose
+    /// writer dies is aborted by a later sweep (`super::uploads`).
     pub(crate) fn put_large(&self, key: &str, file: &Path) -> Result<()> {
         let path = self.path(key);
         let f = File::open(file).map_err(|e| Error::io("open", file, e))?;
         let size = f.metadata().map_err(|e| Error::io("stat", file, e))?.len();
         self.block(async {
-            let upload = self
+            let mut upload = self
                 .store
                 .put_multipart(&path)
                 .await
                 .map_err(|e| Self::err("put-multipart", key, e))?;
-            let mut w =
-                object_store::WriteMultipart::new_with_chunk_size(upload, RANGED_PART as usize);
-            let mut off = 0u64;
-            while off < size {
-                let n = RANGED_PART.min(size - off);
-                let mut buf = vec![0u8; n as usize];
-                f.read_exact_at(&mut buf, off)
-                    .map_err(|e| Error::io("read", file, e))?;
-                w.wait_for_capacity(4)
-                    .await
-                    .map_err(|e| Self::err("put-part", key, e))?;
-                w.write(&buf);
-                Counts::bump(&self.counts.put);
-                off += n;
+            let sent = self.send_parts(&mut *upload, key, (&f, file), size).await;
+            if sent.is_err() {
+                if let Err(a) = upload.abort().await {
+                    tracing::warn!("{key}: failed upload not aborted ({a}); a sweep aborts it");
+                }
             }
-            w.finish()
-                .await
-                .map_err(|e| Self::err("complete-multipart", key, e))?;
-            Ok(())
+            sent
         })
+    }
+
+    /// Every part of `file` (4 in flight), then the completion.
+    async fn send_parts(
+        &self,
+        upload: &mut dyn object_store::MultipartUpload,
+        key: &str,
+        (f, file): (&File, &Path),
+        size: u64,
+    ) -> Result<()> {
+        let part_err = |e| Self::err("put-part", key, e);
+        let mut inflight = futures::stream::FuturesUnordered::new();
+        let mut off = 0u64;
+        while off < size {
+            if inflight.len() >= 4 {
+                inflight.next().await.transpose().map_err(part_err)?;
+            }
+            let n = RANGED_PART.min(size - off);
+            let mut buf = vec![0u8; n as usize];
+            f.read_exact_at(&mut buf, off)
+                .map_err(|e| Error::io("read", file, e))?;
+            inflight.push(upload.put_part(PutPayload::from(buf)));
+            Counts::bump(&self.counts.put);
+            off += n;
+        }
+        while let Some(r) = inflight.next().await {
+            r.map_err(part_err)?;
+        }
+        upload
+            .complete()
+            .await
+            .map(|_| ())
+            .map_err(|e| Self::err("complete-multipart", key, e))
     }
 
     /// Directories (common prefixes) and objects with sizes directly under `dir`.

@@ -398,6 +398,22 @@ impl Storage for S3Storage {
         Some(self.leases.ttl())
     }
 
+    fn abort_stale_uploads(&self, age: Duration, dry_run: bool) -> Result<Vec<String>> {
+        let before =
+            crate::token::now_ns().saturating_sub(age.as_nanos().min(i64::MAX as u128) as i64);
+        let mut aborted = Vec::new();
+        for upload in self.remote.uploads()? {
+            if upload.initiated_ns > before {
+                continue;
+            }
+            if !dry_run {
+                self.remote.abort_upload(&upload)?;
+            }
+            aborted.push(upload.key);
+        }
+        Ok(aborted)
+    }
+
     fn request_counts(&self) -> Option<BTreeMap<&'static str, u64>> {
         let mut counts = self.remote.counts.snapshot();
         counts.insert("cache_bytes", self.cache.used());

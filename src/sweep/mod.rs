@@ -85,7 +85,15 @@ pub struct SweepOptions {
     /// Memory the sweep's sorts and memo keep before spilling to its
     /// scratch, and their merge fan-in (`scratch::Shares` divides it).
     pub budget: SortBudget,
+    /// Incomplete multipart uploads initiated at least this long ago are
+    /// aborted (a remote store's; see [`DEFAULT_UPLOAD_AGE`]).
+    pub upload_age: Duration,
 }
+
+/// How old an incomplete multipart upload must be before a sweep aborts
+/// it: far longer than any live upload of one object takes, so only a
+/// writer that died mid-upload leaves one this old.
+pub const DEFAULT_UPLOAD_AGE: Duration = Duration::from_secs(24 * 3600);
 
 /// Take the sweeper lease or report who holds it.
 fn take_sweeper(store: &Store, holder: &str) -> Result<Box<dyn crate::storage::Lease>> {
@@ -247,6 +255,7 @@ fn tally(store: &Store, c: &condemned::Condemnation, report: &mut SweepReport) -
 fn unchanged(r: &SweepReport, p: &SweepReport, prev_len: u64, condemned: u64) -> bool {
     r.retired.is_empty()
         && r.reclaimed.is_empty()
+        && r.uploads_aborted.is_empty()
         && r.invalid.is_empty()
         && r.task_records_removed == 0
         && r.warnings.is_empty()
@@ -349,6 +358,9 @@ fn residue(store: &Store, opts: &SweepOptions, report: &mut SweepReport) -> Resu
             .collect(),
         false => crate::sweep::residue::reclaim(store, &items)?,
     };
+    report.uploads_aborted = store
+        .storage()
+        .abort_stale_uploads(opts.upload_age, opts.dry_run)?;
     if !opts.dry_run {
         let tasks = crate::task::Tasks::new(store);
         report.task_records_removed =

@@ -100,6 +100,10 @@ pub struct SweepReport {
     pub reclaimed: Vec<LeaseInfo>,
     /// Markers kept for an operator (invalid bodies).
     pub invalid: Vec<LeaseInfo>,
+    /// Keys of the incomplete multipart uploads aborted (or, dry run, that
+    /// would be): a remote writer died mid-upload.
+    #[serde(default)]
+    pub uploads_aborted: Vec<String>,
     /// Nothing changed since the report of `epoch` (same reachable
     /// manifests, condemned objects, space and roots; nothing retired,
     /// reclaimed, condemned anew or deletable), so nothing was written.
