@@ -358,9 +358,17 @@ fn residue(store: &Store, opts: &SweepOptions, report: &mut SweepReport) -> Resu
             .collect(),
         false => crate::sweep::residue::reclaim(store, &items)?,
     };
-    report.uploads_aborted = store
+    // A service that cannot list uploads (or refuses it) does not stop
+    // the sweep: it says so, and a bucket lifecycle rule covers them.
+    match store
         .storage()
-        .abort_stale_uploads(opts.upload_age, opts.dry_run)?;
+        .abort_stale_uploads(opts.upload_age, opts.dry_run)
+    {
+        Ok(keys) => report.uploads_aborted = keys,
+        Err(e) => report
+            .warnings
+            .push(format!("incomplete uploads not checked: {e}")),
+    }
     if !opts.dry_run {
         let tasks = crate::task::Tasks::new(store);
         report.task_records_removed =
