@@ -798,15 +798,21 @@ fn uploads_under(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// A backend (no store on it) reached through a fault proxy, under `dir`:
+/// the backend, the proxy's faults and the backend's key prefix.
+fn proxied_storage(dir: &Path) -> (S3Storage, Arc<Faults>, String) {
+    let faults = Arc::new(Faults::default());
+    let mut o = s3_options(&dir.join("raw"));
+    o.endpoint.url = Some(fault_proxy(faults.clone()));
+    o.local_dir = dir.join("host");
+    let prefix = o.endpoint.prefix.clone();
+    (S3Storage::open(&o).unwrap(), faults, prefix)
+}
+
 #[test]
 fn a_failed_multipart_upload_is_aborted_and_an_abandoned_one_is_swept() {
     let t = tempfile::tempdir().unwrap();
-    let faults = Arc::new(Faults::default());
-    let mut o = s3_options(&t.path().join("raw"));
-    o.endpoint.url = Some(fault_proxy(faults.clone()));
-    o.local_dir = t.path().join("host");
-    let raw = o.endpoint.prefix.clone();
-    let storage = S3Storage::open(&o).unwrap();
+    let (storage, faults, raw) = proxied_storage(t.path());
     let staged = t.path().join("staged");
     let big = noise(7, (72 << 20) + 12345);
 
@@ -882,11 +888,7 @@ fn a_failed_multipart_upload_is_aborted_and_an_abandoned_one_is_swept() {
 #[test]
 fn a_write_past_its_lease_fence_is_abandoned_not_sent_late() {
     let t = tempfile::tempdir().unwrap();
-    let faults = Arc::new(Faults::default());
-    let mut o = s3_options(&t.path().join("store"));
-    o.endpoint.url = Some(fault_proxy(faults.clone()));
-    o.local_dir = t.path().join("host");
-    let storage = S3Storage::open(&o).unwrap();
+    let (storage, faults, _) = proxied_storage(t.path());
     let TryLease::Acquired(lease) = storage.lease("locks/fence-test", "test", false).unwrap()
     else {
         panic!("a fresh lease is free");
