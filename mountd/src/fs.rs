@@ -21,6 +21,7 @@
 //! kernel lookup in its generation's slot (node.rs).
 
 use crate::gen::{Gen, Gens};
+use crate::inode_reads::InodeReads;
 use crate::listing_cache::ListingCache;
 use crate::node::{dir_offset, ino_of, is_entry, offset_pos, pack_pos, Inodes, Node, Resolved};
 use crate::read_ahead::ReadAhead;
@@ -35,8 +36,8 @@ use fuser::{
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
@@ -84,7 +85,21 @@ impl From<VerifyMode> for VerifyPolicy {
     }
 }
 
-enum Handle {
+/// How files are opened (`--opens`). With `None` the daemon answers the
+/// first `open` ENOSYS (FUSE no-open): the kernel then opens every file
+/// itself, sends no `open` or `release`, keeps pages across opens, and its
+/// reads name only the inode (inode_reads.rs keeps the state they need).
+/// The choice is the kernel's per connection, so it excludes passthrough.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OpenMode {
+    /// The kernel opens files itself; every read goes through the daemon.
+    None,
+    /// Every open reaches the daemon; large local files are read by kernel
+    /// passthrough.
+    Each,
+}
+
+pub(crate) enum Handle {
     /// Kernel passthrough to a standalone blob: the backing id (shared by
     /// every open of the same blob) keeps the kernel's reference alive until
     /// the last release; the file serves stray reads.
@@ -117,7 +132,7 @@ enum Handle {
 }
 
 /// Content of one packed blob, loaded once per open handle.
-struct LazyBlob {
+pub(crate) struct LazyBlob {
     row: Box<Row>,
     what: String,
     data: OnceLock<Reply<Vec<u8>>>,
@@ -163,9 +178,13 @@ pub(crate) struct StrataFs {
     notifier: Arc<OnceLock<Notifier>>,
     /// Decodes the row groups after a listing's end, off the FUSE workers.
     read_ahead: ReadAhead,
-    handles: Mutex<HashMap<u64, Handle>>,
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
     next_fh: AtomicU64,
     passthrough: bool,
+    /// How files are opened (`--opens`).
+    opens: OpenMode,
+    /// Read state of files read without an open (`OpenMode::None`).
+    inode_reads: InodeReads,
     /// When standalone blobs are verified, and what was.
     verifier: Verifier,
     /// Serve stored owners instead of the mounting user.
@@ -263,18 +282,30 @@ fn ttl(attrs: &Attrs) -> Duration {
     }
 }
 
+/// How files are served: the daemon's `--verify`, `--opens` and
+/// `--preserve-owner`.
+pub(crate) struct Serving {
+    pub(crate) verify: VerifyMode,
+    pub(crate) opens: OpenMode,
+    pub(crate) preserve_owner: bool,
+}
+
 impl StrataFs {
     pub(crate) fn new(
         gens: Arc<Gens>,
         only: Vec<String>,
         stats: Arc<Stats>,
-        verify: VerifyMode,
-        preserve_owner: bool,
+        serving: Serving,
         notifier: Arc<OnceLock<Notifier>>,
         assembled: Option<Arc<Assembled>>,
     ) -> StrataFs {
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let Serving {
+            verify,
+            opens,
+            preserve_owner,
+        } = serving;
         let verifier = Verifier::new(verify.into(), stats.verify.clone());
         StrataFs {
             stats,
@@ -288,6 +319,12 @@ impl StrataFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             passthrough: false,
+            // Every open of `--verify always` hashes its blob: it needs opens.
+            opens: match verify {
+                VerifyMode::Always => OpenMode::Each,
+                _ => opens,
+            },
+            inode_reads: InodeReads::default(),
             verifier,
             preserve_owner,
             assembled,
@@ -386,7 +423,7 @@ impl StrataFs {
         self.handles
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(fh, h);
+            .insert(fh, Arc::new(h));
         self.stats.handles.fetch_add(1, Ordering::Relaxed);
         fh
     }
@@ -494,7 +531,7 @@ impl StrataFs {
         let assembled = self
             .assembled
             .as_ref()
-            .filter(|_| self.passthrough && !always);
+            .filter(|_| (self.passthrough || self.opens == OpenMode::None) && !always);
         if let Some(copy) = assembled.and_then(|a| a.open_copy(&digest)) {
             match self.verifier.check_copy(&copy.file, copy.made_here, digest) {
                 Ok(()) => return Ok(Opened::Passthrough(copy.file, digest)),
@@ -528,20 +565,16 @@ impl StrataFs {
             _ => return Err(Errno::EINVAL),
         };
         let offset = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
-        let found = {
-            let handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
-            match handles.get(&fh.0) {
-                Some(Handle::Chunked { reader, .. }) => reader.list().seek(offset, data),
-                Some(Handle::File(f)) | Some(Handle::Passthrough { file: f, .. }) => {
-                    return seek_file(f, offset, whence)
-                }
-                _ => {
-                    drop(handles);
-                    let Node::Entry { row, .. } = self.node(ino)? else {
-                        return Err(Errno::EINVAL);
-                    };
-                    (offset < row.size).then_some(if data { offset } else { row.size })
-                }
+        let found = match &*self.handle(ino, fh)? {
+            Handle::Chunked { reader, .. } => reader.list().seek(offset, data),
+            Handle::File(f) | Handle::Passthrough { file: f, .. } => {
+                return seek_file(f, offset, whence)
+            }
+            Handle::Packed(blob) => {
+                (offset < blob.row.size).then_some(if data { offset } else { blob.row.size })
+            }
+            Handle::Remote { size, .. } => {
+                (offset < *size).then_some(if data { offset } else { *size })
             }
         };
         found
@@ -549,59 +582,74 @@ impl StrataFs {
             .ok_or(Errno::ENXIO)
     }
 
-    fn do_read(&self, fh: FileHandle, offset: u64, size: u32) -> Reply<Vec<u8>> {
-        let blob = {
+    /// The state reads of `ino` use: the open handle `fh`, or without
+    /// opens the inode's kept state, made at its first read.
+    fn handle(&self, ino: INodeNo, fh: FileHandle) -> Reply<Arc<Handle>> {
+        if self.opens == OpenMode::Each {
             let handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
-            match handles.get(&fh.0) {
-                Some(Handle::Packed(b)) => b.clone(),
-                Some(Handle::Chunked { reader, what }) => {
-                    let (reader, what) = (reader.clone(), what.clone());
-                    drop(handles);
-                    return reader
-                        .read(self.tree.store(), offset, u64::from(size))
-                        .map_err(|e| errno(&e, &what));
-                }
-                Some(Handle::Remote {
-                    key,
-                    size: total,
-                    pieces,
-                    what,
-                }) => {
-                    let (key, total, pieces) = (key.clone(), *total, pieces.clone());
-                    let what = what.clone();
-                    drop(handles);
-                    // One read by ranged GETs; the lock is not held.
-                    return self
-                        .verifier
-                        .read_remote(
-                            self.tree.store(),
-                            &key,
-                            total,
-                            pieces.as_deref(),
-                            offset,
-                            u64::from(size),
-                        )
-                        .map_err(|e| errno(&e, &what));
-                }
-                Some(Handle::File(f)) | Some(Handle::Passthrough { file: f, .. }) => {
-                    let mut buf = vec![0u8; size as usize];
-                    let n = f.read_at(&mut buf, offset).map_err(|e| {
-                        error!("fh={} read of a standalone blob failed: {e}", fh.0);
-                        Errno::from(e)
-                    })?;
-                    buf.truncate(n);
-                    return Ok(buf);
-                }
-                _ => return Err(Errno::EBADF),
-            }
+            return handles.get(&fh.0).cloned().ok_or(Errno::EBADF);
+        }
+        if let Some(h) = self.inode_reads.get(ino.0) {
+            return Ok(h);
+        }
+        let handle = match self.do_open(ino, OpenFlags(libc::O_RDONLY))? {
+            Opened::Passthrough(file, _) => Handle::File(file),
+            Opened::Handle(h, _) => h,
         };
-        let data = blob.data.get_or_init(|| {
-            strata::blob::read(self.tree.store(), &blob.row).map_err(|e| errno(&e, &blob.what))
-        });
-        let b = data.as_ref().map_err(|e| *e)?;
-        let start = (offset as usize).min(b.len());
-        let end = start.saturating_add(size as usize).min(b.len());
-        Ok(b[start..end].to_vec())
+        let bytes = match &handle {
+            Handle::Packed(blob) => blob.row.size,
+            _ => 0,
+        };
+        let handle = Arc::new(handle);
+        self.inode_reads.keep(ino.0, handle.clone(), bytes);
+        Ok(handle)
+    }
+
+    fn do_read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32) -> Reply<Vec<u8>> {
+        let handle = self.handle(ino, fh)?;
+        let store = self.tree.store();
+        match &*handle {
+            Handle::Packed(blob) => {
+                let data = blob.data.get_or_init(|| {
+                    strata::blob::read(store, &blob.row).map_err(|e| errno(&e, &blob.what))
+                });
+                // A failure is not kept for the inode: its next read tries
+                // again (as a new open would), and logs again.
+                let b = data.as_ref().map_err(|e| {
+                    if fh.0 == 0 {
+                        self.inode_reads.forget(ino.0);
+                    }
+                    *e
+                })?;
+                let start = (offset as usize).min(b.len());
+                let end = start.saturating_add(size as usize).min(b.len());
+                Ok(b[start..end].to_vec())
+            }
+            Handle::Chunked { reader, what } => reader
+                .read(store, offset, u64::from(size))
+                .map_err(|e| errno(&e, what)),
+            Handle::Remote {
+                key,
+                size: total,
+                pieces,
+                what,
+            } => self
+                .verifier
+                .read_remote(
+                    store,
+                    key,
+                    *total,
+                    pieces.as_deref(),
+                    offset,
+                    u64::from(size),
+                )
+                .map_err(|e| errno(&e, what)),
+            Handle::File(f) | Handle::Passthrough { file: f, .. } => pread(f, offset, size)
+                .map_err(|e| {
+                    error!("ino={} read of a standalone blob failed: {e}", ino.0);
+                    Errno::from(e)
+                }),
+        }
     }
 
     /// Feed the entries of directory `ino` from `offset` on to `emit`
@@ -803,6 +851,8 @@ impl Filesystem for StrataFs {
         let mut inodes = self.inodes();
         inodes.forget(ino.0, nlookup);
         self.stats.inodes.store(inodes.len(), Ordering::Relaxed);
+        drop(inodes);
+        self.inode_reads.forget(ino.0);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -825,7 +875,12 @@ impl Filesystem for StrataFs {
         }
     }
 
+    /// With `--opens none` the first `open` is answered ENOSYS: the kernel
+    /// then opens every file itself (inode_reads.rs).
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.opens == OpenMode::None {
+            return reply.error(Errno::ENOSYS);
+        }
         match guarded("open", || self.do_open(ino, flags)) {
             Ok(Opened::Passthrough(file, digest)) => match self.backing(&reply, &file, digest) {
                 Ok(id) => {
@@ -862,7 +917,7 @@ impl Filesystem for StrataFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -870,7 +925,7 @@ impl Filesystem for StrataFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match guarded("read", || self.do_read(fh, offset, size)) {
+        match guarded("read", || self.do_read(ino, fh, offset, size)) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(e),
         }
@@ -1013,6 +1068,22 @@ impl Filesystem for StrataFs {
 }
 
 /// `lseek` on a local file serving a blob (its holes are the file's).
+/// Up to `size` bytes of `file` at `offset`, into a buffer that is not
+/// zeroed first (a large file read through the daemon moves every byte
+/// once, not twice).
+fn pread(file: &File, offset: u64, size: u32) -> std::io::Result<Vec<u8>> {
+    let mut buf: Vec<u8> = Vec::with_capacity(size as usize);
+    let at = libc::off_t::try_from(offset)
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: the kernel writes at most `size` bytes into the buffer's
+    // capacity, and the length is set to what it wrote.
+    let n = unsafe { libc::pread(file.as_raw_fd(), buf.as_mut_ptr().cast(), size as usize, at) };
+    let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+    // SAFETY: `n` bytes were initialized by pread, and n <= size = capacity.
+    unsafe { buf.set_len(n) };
+    Ok(buf)
+}
+
 fn seek_file(file: &File, offset: u64, whence: i32) -> Reply<i64> {
     use std::os::fd::AsRawFd;
     let offset = libc::off_t::try_from(offset).map_err(|_| Errno::ENXIO)?;

@@ -11,6 +11,7 @@ mod control;
 mod error;
 mod fs;
 mod gen;
+mod inode_reads;
 mod inode_set;
 mod listing_cache;
 mod metrics;
@@ -53,6 +54,13 @@ struct Args {
     /// When standalone blobs are hashed in full before being served
     #[arg(long, value_enum, default_value = "first-open")]
     verify: fs::VerifyMode,
+    /// How files are opened: `none`, the kernel opens them itself and keeps
+    /// their pages, reads reach the daemon by inode (no round trip per
+    /// open; large files are read through the daemon); `each`, every open
+    /// reaches the daemon and large local files are served by kernel
+    /// passthrough. `--verify always` implies `each`.
+    #[arg(long, value_enum, default_value = "none")]
+    opens: fs::OpenMode,
     /// Budget of assembled copies of chunked files served by passthrough,
     /// e.g. 2G (0: serve chunked files by FUSE reads only)
     #[arg(long, value_parser = strata::storage::parse_size,
@@ -176,8 +184,11 @@ fn run(args: Args) -> Result<(), DaemonError> {
         gens.clone(),
         args.set.clone(),
         stats.clone(),
-        args.verify,
-        args.preserve_owner,
+        fs::Serving {
+            verify: args.verify,
+            opens: args.opens,
+            preserve_owner: args.preserve_owner,
+        },
         notifier.clone(),
         assembled,
     );

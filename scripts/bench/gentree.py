@@ -4,6 +4,7 @@
   gentree.py mixed DIR        30,000 files, ~1.5 GiB, one 512 MiB file
   gentree.py wide DIR         300,000 small files in 3,000 directories
   gentree.py wide1m DIR       1,000,000 small files in 1,000 directories
+  gentree.py tiny100k DIR     100,000 files of 50-2,000 bytes in 100 directories
   gentree.py change DIR PCT LIST
                               rewrite PCT% of the files (every Nth, sorted),
                               write their relative paths to LIST
@@ -70,6 +71,16 @@ def wide1m(root):
             f.write(content(rng, rng.randint(10, 400)))
 
 
+def tiny100k(root):
+    rng = random.Random(5)
+    for i in range(100_000):
+        d = os.path.join(root, f"d{i % 100:02d}")
+        if i < 100:
+            os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i:06d}.txt"), "wb") as f:
+            f.write(content(rng, rng.randint(50, 2000)))
+
+
 def change(root, pct, listfile):
     files = []
     for dirpath, _, names in os.walk(root):
@@ -96,6 +107,8 @@ if __name__ == "__main__":
         wide(sys.argv[2])
     elif kind == "wide1m":
         wide1m(sys.argv[2])
+    elif kind == "tiny100k":
+        tiny100k(sys.argv[2])
     elif kind == "change":
         change(sys.argv[2], sys.argv[3], sys.argv[4])
     else:

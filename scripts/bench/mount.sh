@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # Mount benchmark: the same tree read through the native filesystem, a strata
-# mount, squashfuse_ll on a squashfs image of it, and `restic mount` of a
-# restic snapshot of it, side by side in one run, cold (page, dentry and
-# inode caches dropped before each command) and warm (each command run once
-# untimed, then timed).
-#   scripts/bench/mount.sh [mixed|wide1m] [WORKDIR]
-#     mixed:  30k files, 1.5 GiB with a 512 MiB file (default; ~6 GiB of disk)
-#     wide1m: 1M small files in 1,000 directories (~3 GiB of disk)
+# mount (files opened by the kernel: `--opens none`, the default), a second
+# strata mount whose opens reach the daemon (`--opens each`: large files by
+# passthrough), squashfuse_ll on a squashfs image of it, and `restic mount`
+# of a restic snapshot of it, side by side in one run, cold (page, dentry
+# and inode caches dropped before each command) and warm (each command run
+# once untimed, then timed). Phases: find, ls -lR, grep -r, cat of every
+# file, 8 greps in parallel over disjoint subtrees, cat of the 512 MiB file
+# (mixed tree); the RSS of each strata daemon after each row.
+#   scripts/bench/mount.sh [mixed|tiny100k|wide1m] [WORKDIR]
+#     mixed:    30k files, 1.5 GiB with a 512 MiB file (default; ~6 GiB of disk)
+#     tiny100k: 100k files of 50-2,000 bytes in 100 directories
+#     wide1m:   1M small files in 1,000 directories (~3 GiB of disk)
 #   WORKDIR defaults to target/bench-mount-<tree>.
-#   TARGETS="native strata" measures only those (default: all four; the
-#   documented runs use all four).
+#   TARGETS="native strata" measures only those (default: all five; the
+#   documented runs name theirs).
 # Prints a Markdown table and writes it to WORKDIR/mount-results.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
 KIND="${1:-mixed}"
-case "$KIND" in mixed|wide1m) ;; *) echo "usage: $0 [mixed|wide1m] [WORKDIR]" >&2; exit 2 ;; esac
+case "$KIND" in mixed|tiny100k|wide1m) ;; *) echo "usage: $0 [mixed|tiny100k|wide1m] [WORKDIR]" >&2; exit 2 ;; esac
 WORK="${2:-$ROOT/target/bench-mount-$KIND}"
 . "$ROOT/scripts/bench/lib.sh"
-ORDER="${TARGETS:-native strata squashfuse_ll restic}"
+ORDER="${TARGETS:-native strata strata-each squashfuse_ll restic}"
 has() { [[ " $ORDER " == *" $1 "* ]]; }
 need bc:bc /usr/bin/time:time
 if has squashfuse_ll; then need mksquashfs:squashfs-tools squashfuse_ll:squashfuse fusermount3:fuse3; fi
@@ -32,7 +37,7 @@ cleanup() {
 }
 trap cleanup EXIT
 cleanup
-rm -rf "$WORK" && mkdir -p "$WORK"/mnt-strata "$WORK"/mnt-squash "$WORK"/mnt-restic
+rm -rf "$WORK" && mkdir -p "$WORK"/mnt-strata "$WORK"/mnt-strata-each "$WORK"/mnt-squash "$WORK"/mnt-restic
 RESULTS="$WORK/mount-results.md"
 TREE="$WORK/$KIND"
 
@@ -51,6 +56,7 @@ fi
 start=$(date +%s.%N)
 "$STRATA" --store "$WORK/store" mount "$WORK/mnt-strata" >/dev/null
 ready_strata=$(echo "$(date +%s.%N) - $start" | bc)
+if has strata-each; then "$STRATA" --store "$WORK/store" mount --opens each "$WORK/mnt-strata-each" >/dev/null; fi
 if has squashfuse_ll; then squashfuse_ll "$WORK/tree.sqfs" "$WORK/mnt-squash"; fi
 ready_restic=0
 if has restic; then
@@ -64,6 +70,7 @@ fi
 declare -A DIRS=(
     [native]="$TREE"
     [strata]="$WORK/mnt-strata/b/latest/"
+    [strata-each]="$WORK/mnt-strata-each/b/latest/"
     [squashfuse_ll]="$WORK/mnt-squash"
     [restic]="$WORK/mnt-restic/snapshots/latest$TREE"
 )
@@ -87,19 +94,45 @@ m() {
 
 printf '# mount benchmark, %s, %s cores, kernel %s\n\n' "$(date -u +%F)" "$(nproc)" "$(uname -r)" | tee "$RESULTS"
 printf 'tree: %s files, %s bytes; mount ready: strata %.2f s, restic %.2f s\n\n' "$(find "$TREE" -type f | wc -l)" "$(du -sb "$TREE" | cut -f1)" "$ready_strata" "$ready_restic" | tee -a "$RESULTS"
-printf '| target | cache | find \\| wc -l | ls -lR | grep -r | cat 512 MiB file |\n|---|---|---|---|---|---|\n' | tee -a "$RESULTS"
+# the RSS of target $1's daemon, or -
+rss() {
+    local pid
+    pid=$(pgrep -f "strata-mountd .*$WORK/mnt-$1\$" | head -1 || true)
+    [ -n "$pid" ] && grep VmRSS /proc/"$pid"/status | awk '{printf "%d MiB", $2 / 1024}' || echo -
+}
+# 8 greps in parallel, each over every 8th top-level directory of $1
+par8() {
+    local d="$1" i
+    mapfile -t tops < <(cd "$TREE" && ls | sort)
+    for i in 0 1 2 3 4 5 6 7; do
+        (for ((j = i; j < ${#tops[@]}; j += 8)); do grep -r -q needle-that-is-not-there "$d/${tops[j]}" || true; done) &
+    done
+    wait
+}
+export -f par8
+export TREE
+printf '| target | cache | find \\| wc -l | ls -lR | grep -r | cat all files | 8 greps | cat 512 MiB file | daemon RSS |\n|---|---|---|---|---|---|---|---|---|\n' | tee -a "$RESULTS"
 for name in $ORDER; do
     d="${DIRS[$name]}"
     for cache in cold warm; do
         f=$(m "$cache" bash -c "find '$d' | wc -l")
         l=$(m "$cache" ls -lR "$d")
         g=$(m "$cache" bash -c "grep -r -q needle-that-is-not-there '$d' || true")
+        a=$(m "$cache" bash -c "find '$d' -type f -exec cat {} + >/dev/null")
+        p=$(m "$cache" bash -c "par8 '$d'")
         c=-
         [ -f "$d/media/big.bin" ] && c=$(m "$cache" cat "$d/media/big.bin")
-        printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$cache" "$f" "$l" "$g" "$c" | tee -a "$RESULTS"
+        r=-
+        case "$name" in strata*) r=$(rss "$name") ;; esac
+        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$cache" "$f" "$l" "$g" "$a" "$p" "$c" "$r" | tee -a "$RESULTS"
     done
 done
-pid=$(pgrep -f "strata-mountd --store $WORK/store" | head -1)
-printf '\nstrata-mountd RSS after the walks: %s\n' "$(grep VmRSS /proc/"$pid"/status | awk '{print $2 " " $3}')" | tee -a "$RESULTS"
+sleep 60
+for name in strata strata-each; do
+    if has "$name"; then
+        printf 'strata-mountd (%s) RSS idle a minute after the walks: %s\n' "$name" "$(rss "$name")" | tee -a "$RESULTS"
+    fi
+done
+if has strata-each; then "$STRATA" --store "$WORK/store" unmount "$WORK/mnt-strata-each" >/dev/null; fi
 "$STRATA" --store "$WORK/store" unmount "$WORK/mnt-strata" >/dev/null
 echo "results: $RESULTS" >&2

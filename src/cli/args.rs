@@ -97,6 +97,13 @@ pub(crate) struct MountCmd {
     #[arg(long, value_name = "WHEN", default_value = "first-open",
           value_parser = ["first-open", "always", "off"])]
     pub(crate) verify: String,
+    /// How files are opened: none (the kernel opens files itself and keeps
+    /// their pages; fastest for many small files) or each (every open
+    /// reaches the daemon; large files by kernel passthrough). --verify
+    /// always implies each
+    #[arg(long, value_name = "MODE", default_value = "none",
+          value_parser = ["none", "each"])]
+    pub(crate) opens: String,
     /// Serve each entry's stored owner instead of the mounting user
     #[arg(long)]
     pub(crate) preserve_owner: bool,

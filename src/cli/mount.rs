@@ -41,6 +41,7 @@ struct MountArgs<'a> {
     sets: &'a [String],
     foreground: bool,
     verify: &'a str,
+    opens: &'a str,
     preserve_owner: bool,
     /// Budget of assembled copies (`None`: the daemon's default).
     assembled_size: Option<u64>,
@@ -63,6 +64,7 @@ pub(crate) fn mount_cmd(store_args: &StoreArgs, a: &MountCmd) -> Result<i32> {
         sets: &a.set,
         foreground: a.foreground,
         verify: &a.verify,
+        opens: &a.opens,
         preserve_owner: a.preserve_owner,
         assembled_size: a.assembled_size,
         no_materialize: a.no_materialize,
@@ -83,7 +85,11 @@ fn mount(a: &MountArgs<'_>) -> Result<i32> {
         Location::Local(p) => cmd.arg("--store").arg(p),
         Location::S3(_) => cmd.args(a.store_args.to_args()),
     };
-    cmd.arg("--verify").arg(a.verify).arg(&point);
+    cmd.arg("--verify")
+        .arg(a.verify)
+        .arg("--opens")
+        .arg(a.opens);
+    cmd.arg(&point);
     if a.preserve_owner {
         cmd.arg("--preserve-owner");
     }
