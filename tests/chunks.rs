@@ -347,7 +347,10 @@ fn assembled_copies_stay_within_their_budget_least_recently_opened_first() {
     }
     sc.commit("s");
     // 7 MiB: two 3 MiB copies fit, a third evicts one, 4 MiB is over half.
-    let _m = sc.mount_with(&["--assembled-size", "7M"]);
+    // Recency is counted at opens that reach the daemon: with the default
+    // `--opens none` a read the kernel serves from its kept pages is not
+    // one (nor does it need the copy).
+    let _m = sc.mount_with(&["--assembled-size", "7M", "--opens", "each"]);
     let copy = |i: usize| {
         sc.st
             .join("assembled")

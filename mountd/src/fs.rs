@@ -616,7 +616,7 @@ impl StrataFs {
                 // A failure is not kept for the inode: its next read tries
                 // again (as a new open would), and logs again.
                 let b = data.as_ref().map_err(|e| {
-                    if fh.0 == 0 {
+                    if self.opens == OpenMode::None {
                         self.inode_reads.forget(ino.0);
                     }
                     *e
