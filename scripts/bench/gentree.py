@@ -61,24 +61,24 @@ def wide(root):
             f.write(content(rng, rng.randint(100, 4000)))
 
 
-def wide1m(root):
-    rng = random.Random(4)
-    for i in range(1_000_000):
-        d = os.path.join(root, f"d{i % 1000:03d}")
-        if i < 1000:
+def small_files(root, seed, files, dirs, lo, hi):
+    """`files` files of lo..hi bytes spread over `dirs` directories."""
+    rng = random.Random(seed)
+    dw, fw = len(str(dirs - 1)), len(str(files))
+    for i in range(files):
+        d = os.path.join(root, f"d{i % dirs:0{dw}d}")
+        if i < dirs:
             os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, f"f{i:07d}.txt"), "wb") as f:
-            f.write(content(rng, rng.randint(10, 400)))
+        with open(os.path.join(d, f"f{i:0{fw}d}.txt"), "wb") as f:
+            f.write(content(rng, rng.randint(lo, hi)))
+
+
+def wide1m(root):
+    small_files(root, 4, 1_000_000, 1000, 10, 400)
 
 
 def tiny100k(root):
-    rng = random.Random(5)
-    for i in range(100_000):
-        d = os.path.join(root, f"d{i % 100:02d}")
-        if i < 100:
-            os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, f"f{i:06d}.txt"), "wb") as f:
-            f.write(content(rng, rng.randint(50, 2000)))
+    small_files(root, 5, 100_000, 100, 50, 2000)
 
 
 def change(root, pct, listfile):
