@@ -17,6 +17,9 @@ need mkfifo coreutils     # special-file tests
 need umount mount         # mount tests detach leftover mounts
 need diff diffutils       # mount tests compare generations with diff -r
 need fusermount3 fuse3    # a user's mount (not root) is made and unmounted through it
+need setfattr attr        # fidelity tests set and read extended attributes
+need setfacl acl          # ... and a POSIX ACL
+need rsync rsync          # restored trees are compared with rsync -aHAXn
 # The control-socket test runs a tiny client as another uid; it needs the
 # system interpreter (a per-user one under /root is unreadable to nobody).
 [ -x /usr/bin/python3 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3; }

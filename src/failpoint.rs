@@ -54,6 +54,9 @@ pub enum Step {
     BatchDeleted,
     /// Sweep: the epoch's report exists.
     Swept,
+    /// Restore: half of the generation's files are written (a test stops
+    /// or kills the restore here, midway).
+    RestoreHalfway,
 }
 
 impl Step {
@@ -111,6 +114,7 @@ impl Step {
             Step::Deleting => "deleting",
             Step::BatchDeleted => "batch-deleted",
             Step::Swept => "swept",
+            Step::RestoreHalfway => "restore-halfway",
         }
     }
 
@@ -119,6 +123,7 @@ impl Step {
             .into_iter()
             .chain(Step::MATERIALIZE)
             .chain(Step::SWEEP)
+            .chain([Step::RestoreHalfway])
             .find(|st| st.name() == s)
     }
 }

@@ -154,6 +154,7 @@ mod tests {
             ctime_ns: 0,
             uid: 0,
             gid: 0,
+            meta: None,
         }
     }
 

@@ -1,5 +1,9 @@
 //! Identity: a BLAKE3 digest over the canonical, sorted live rows of a
-//! generation (path, kind, mode, size, content digest, link target).
+//! generation (path, kind, mode, size, content digest, link target, and for
+//! rows that have them the device number and extended attributes).
+//! Hard-link grouping is not part of it: every member row carries its own
+//! content digest, and grouping is how the source stored the bytes, like an
+//! inode number (docs/FORMAT.md, "Identity").
 //!
 //! Rows must be fed in key order; equal trees give equal identities whatever
 //! their representation, mtimes or provenance. Encoding: docs/FORMAT.md.
@@ -68,11 +72,20 @@ pub fn encode_row(row: &Row, out: &mut Vec<u8>) {
         out.push(b'/');
     }
     out.extend_from_slice(&row.name);
-    out.push(row.kind.code());
+    let meta = row.meta();
+    let extended = meta.rdev != 0 || !meta.xattrs.is_empty();
+    // The high bit of the kind marks a row followed by its extension, so
+    // rows without one encode exactly as before it existed.
+    out.push(row.kind.code() | if extended { 0x80 } else { 0 });
     out.extend_from_slice(&row.mode.to_le_bytes());
     out.extend_from_slice(&row.size.to_le_bytes());
     out.extend_from_slice(row.digest.as_ref().unwrap_or(&[0u8; 32]));
     let target = row.target.as_deref().unwrap_or(&[]);
     out.extend_from_slice(&(target.len() as u32).to_le_bytes());
     out.extend_from_slice(target);
+    if extended {
+        out.extend_from_slice(&meta.rdev.to_le_bytes());
+        out.extend_from_slice(&(meta.xattrs.len() as u32).to_le_bytes());
+        out.extend_from_slice(&meta.xattrs);
+    }
 }

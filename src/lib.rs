@@ -31,6 +31,7 @@ pub mod pin;
 pub mod publish;
 pub mod redact;
 pub mod rep_writer;
+pub mod restore;
 pub mod resumable;
 pub mod retain;
 pub mod row;
@@ -44,6 +45,7 @@ pub mod tag;
 pub mod task;
 pub mod token;
 pub mod verify;
+pub mod xattr;
 
 pub use error::{Error, ErrorKind, Result};
 pub use store::Store;

@@ -78,6 +78,7 @@ impl RepWriter {
             }
             Kind::Dir => self.counts.dirs += 1,
             Kind::Symlink => self.counts.symlinks += 1,
+            Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => self.counts.special += 1,
             Kind::Tombstone => {}
         }
     }

@@ -19,6 +19,14 @@ pub enum Kind {
     File,
     Dir,
     Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A Unix socket (recreated as an unbound socket node on restore).
+    Socket,
+    /// A character device; its number is [`Meta::rdev`].
+    CharDev,
+    /// A block device; its number is [`Meta::rdev`].
+    BlockDev,
     /// Inside a delta or a journal: this path and everything below it is gone.
     Tombstone,
 }
@@ -29,6 +37,10 @@ impl Kind {
             Kind::File => b'f',
             Kind::Dir => b'd',
             Kind::Symlink => b'l',
+            Kind::Fifo => b'p',
+            Kind::Socket => b's',
+            Kind::CharDev => b'c',
+            Kind::BlockDev => b'b',
             Kind::Tombstone => b'x',
         }
     }
@@ -38,6 +50,10 @@ impl Kind {
             b'f' => Kind::File,
             b'd' => Kind::Dir,
             b'l' => Kind::Symlink,
+            b'p' => Kind::Fifo,
+            b's' => Kind::Socket,
+            b'c' => Kind::CharDev,
+            b'b' => Kind::BlockDev,
             b'x' => Kind::Tombstone,
             _ => return None,
         })
@@ -48,8 +64,45 @@ impl Kind {
             Kind::File => "file",
             Kind::Dir => "dir",
             Kind::Symlink => "symlink",
+            Kind::Fifo => "fifo",
+            Kind::Socket => "socket",
+            Kind::CharDev => "char device",
+            Kind::BlockDev => "block device",
             Kind::Tombstone => "tombstone",
         }
+    }
+
+    /// A FIFO, socket or device node: no content, no target.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev
+        )
+    }
+}
+
+/// What a row carries beyond kind, mode, size, times and owner: its link
+/// group, device number and extended attributes. Most rows have none, so a
+/// row holds it boxed and optional (`Row::meta`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Meta {
+    /// Link group: nonzero for a non-directory whose source had more than
+    /// one hard link. Rows of one generation with the same key and the same
+    /// content digest are one file (see docs/FORMAT.md, "Link groups").
+    pub link: u64,
+    /// The source's link count at commit (`st_nlink`), served as such.
+    pub nlink: u32,
+    /// Device number (`st_rdev`) of a character or block device.
+    pub rdev: u64,
+    /// Extended attributes (POSIX ACLs included) in the canonical encoding
+    /// of [`crate::xattr`]; empty for none.
+    pub xattrs: Vec<u8>,
+}
+
+impl Meta {
+    /// `None` for a row with nothing beyond the basic fields.
+    pub fn boxed(self) -> Option<Box<Meta>> {
+        (self != Meta::default()).then(|| Box::new(self))
     }
 }
 
@@ -123,7 +176,16 @@ pub struct Row {
     /// part of identity.
     pub uid: u32,
     pub gid: u32,
+    /// Link group, device number and extended attributes, if any.
+    pub meta: Option<Box<Meta>>,
 }
+
+const NO_META: &Meta = &Meta {
+    link: 0,
+    nlink: 0,
+    rdev: 0,
+    xattrs: Vec::new(),
+};
 
 impl Row {
     /// A tombstone for `(parent, name)`.
@@ -144,7 +206,19 @@ impl Row {
             ctime_ns: 0,
             uid: 0,
             gid: 0,
+            meta: None,
         }
+    }
+
+    /// This row's extra metadata (all zero and empty when it has none).
+    pub fn meta(&self) -> &Meta {
+        self.meta.as_deref().unwrap_or(NO_META)
+    }
+
+    /// The key of this row's link group, if it is in one.
+    pub fn link_key(&self) -> Option<(u64, Option<[u8; 32]>)> {
+        let link = self.meta().link;
+        (link != 0 && self.kind != Kind::Dir).then_some((link, self.digest))
     }
 
     pub fn key_cmp(&self, other: &Row) -> Ordering {
@@ -162,6 +236,7 @@ impl Row {
             && self.mtime_ns == other.mtime_ns
             && self.ino == other.ino
             && self.ctime_ns == other.ctime_ns
+            && self.meta() == other.meta()
     }
 
     /// Same logical content (what identity covers) as `other`.
@@ -171,6 +246,8 @@ impl Row {
             && self.size == other.size
             && self.digest == other.digest
             && self.target == other.target
+            && self.meta().rdev == other.meta().rdev
+            && self.meta().xattrs == other.meta().xattrs
     }
 }
 

@@ -31,7 +31,7 @@ use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    Request,
+    ReplyXattr, Request,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -271,7 +271,18 @@ fn file_type(kind: NodeKind) -> FileType {
         NodeKind::Dir => FileType::Directory,
         NodeKind::Symlink => FileType::Symlink,
         NodeKind::File => FileType::RegularFile,
+        NodeKind::Fifo => FileType::NamedPipe,
+        NodeKind::Socket => FileType::Socket,
+        NodeKind::CharDev => FileType::CharDevice,
+        NodeKind::BlockDev => FileType::BlockDevice,
     }
+}
+
+/// A device number as the kernel's FUSE attribute carries it: the 32-bit
+/// encoding `new_encode_dev` (minor bits split around the major).
+fn encode_dev(rdev: u64) -> u32 {
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
 }
 
 fn ttl(attrs: &Attrs) -> Duration {
@@ -351,13 +362,15 @@ impl StrataFs {
     fn register(&self, node: Node) -> Reply<u64> {
         let mut inodes = self.inodes();
         let ino = match node {
-            Node::Entry { gen, pos, .. } => inodes.remember_entry(&gen, pos).ok_or_else(|| {
-                error!(
-                    "inode space exhausted: set={} gen={}",
-                    gen.set, gen.generation
-                );
-                Errno::EOVERFLOW
-            })?,
+            Node::Entry { gen, pos, row } => inodes
+                .remember_entry(&gen, pos, row.link_key())
+                .ok_or_else(|| {
+                    error!(
+                        "inode space exhausted: set={} gen={}",
+                        gen.set, gen.generation
+                    );
+                    Errno::EOVERFLOW
+                })?,
             other => inodes.remember(other),
         };
         self.stats.inodes.store(inodes.len(), Ordering::Relaxed);
@@ -381,10 +394,15 @@ impl StrataFs {
             crtime: a.atime,
             kind,
             perm: a.perm,
-            nlink: if kind == FileType::Directory { 2 } else { 1 },
+            nlink: match (a.nlink, kind) {
+                (0, FileType::Directory) => 2,
+                (0, _) => 1,
+                (n, _) => n,
+            },
             uid,
             gid,
-            rdev: 0,
+            // fuser's attribute holds the 32-bit `new_encode_dev` form.
+            rdev: encode_dev(a.rdev),
             blksize: blksize(kind),
             flags: 0,
         }
@@ -404,6 +422,18 @@ impl StrataFs {
         let (mut attr, ttl) = self.attr(0, &child)?;
         attr.ino = INodeNo(self.register(child)?);
         Ok((attr, ttl))
+    }
+
+    /// The encoded extended attributes of inode `ino` and a name for
+    /// errors. Synthetic nodes and generation roots have none.
+    fn xattrs_of(&self, ino: INodeNo) -> Reply<(Vec<u8>, String)> {
+        match self.node(ino)? {
+            Node::Entry { gen, row, .. } => {
+                let what = describe(&gen, &row.path());
+                Ok((row.meta.map(|m| m.xattrs).unwrap_or_default(), what))
+            }
+            _ => Ok((Vec::new(), String::new())),
+        }
     }
 
     /// Have the kernel drop the listings it keeps of directories `dirs`
@@ -791,6 +821,26 @@ impl StrataFs {
     }
 }
 
+/// Send an attribute value or name list, or its size when asked (`size`
+/// 0), or ERANGE when it does not fit the caller's buffer.
+fn reply_xattr(data: Reply<Vec<u8>>, size: u32, reply: ReplyXattr) {
+    match data {
+        Ok(d) if size == 0 => match u32::try_from(d.len()) {
+            Ok(n) => reply.size(n),
+            Err(_) => reply.error(Errno::E2BIG),
+        },
+        Ok(d) if d.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(d) => reply.data(&d),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// A stored attribute set that fails to decode is corrupt: EIO, logged.
+fn xattr_errno(e: &Error) -> Errno {
+    error!("extended attributes: {e}");
+    Errno::EIO
+}
+
 fn listed_name<'a>(item: &'a Listed<'_>) -> &'a OsStr {
     match item {
         Listed::Dot(d) => OsStr::new(d),
@@ -862,6 +912,24 @@ impl Filesystem for StrataFs {
             Ok((attr, ttl)) => reply.attr(&ttl, &attr),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let value = guarded("getxattr", || {
+            let (xattrs, what) = self.xattrs_of(ino)?;
+            strata::xattr::get(&xattrs, name.as_bytes(), &what)
+                .map_err(|e| xattr_errno(&e))?
+                .ok_or(Errno::NO_XATTR)
+        });
+        reply_xattr(value, size, reply);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let names = guarded("listxattr", || {
+            let (xattrs, what) = self.xattrs_of(ino)?;
+            strata::xattr::list(&xattrs, &what).map_err(|e| xattr_errno(&e))
+        });
+        reply_xattr(names, size, reply);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {

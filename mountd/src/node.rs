@@ -107,10 +107,18 @@ struct Synthetic {
     lookups: u64,
 }
 
+/// A hard-link group of one generation: link key and content digest
+/// (`Row::link_key`).
+pub(crate) type LinkKey = (u64, Option<[u8; 32]>);
+
 /// One generation's share of the inode space.
 struct GenSlot {
     gen: Option<Arc<Gen>>,
     lookups: u64,
+    /// The inode number each link group looked up is served as: the number
+    /// of the member looked up first, so every name of the group is one
+    /// inode. Dropped with the slot's last lookup.
+    links: HashMap<LinkKey, u64>,
 }
 
 #[derive(Default)]
@@ -161,6 +169,7 @@ impl Inodes {
                 self.slots.push(GenSlot {
                     gen: None,
                     lookups: 0,
+                    links: HashMap::new(),
                 });
                 self.slot_of.insert(key, s);
                 s
@@ -170,9 +179,19 @@ impl Inodes {
     }
 
     /// Count one kernel lookup of the entry at `pos` of `gen`.
-    pub(crate) fn remember_entry(&mut self, gen: &Arc<Gen>, pos: RowPos) -> Option<u64> {
-        let ino = self.entry_ino(gen, pos)?;
-        let slot = &mut self.slots[((ino & !ENTRY_BIT) >> POS_BITS) as usize];
+    /// An entry in a link group is counted as the group's inode.
+    pub(crate) fn remember_entry(
+        &mut self,
+        gen: &Arc<Gen>,
+        pos: RowPos,
+        link: Option<LinkKey>,
+    ) -> Option<u64> {
+        let own = self.entry_ino(gen, pos)?;
+        let slot = &mut self.slots[((own & !ENTRY_BIT) >> POS_BITS) as usize];
+        let ino = match link {
+            Some(key) => *slot.links.entry(key).or_insert(own),
+            None => own,
+        };
         slot.lookups += 1;
         if slot.gen.is_none() {
             slot.gen = Some(gen.clone());
@@ -215,6 +234,7 @@ impl Inodes {
                 s.lookups = s.lookups.saturating_sub(n);
                 if s.lookups == 0 {
                     s.gen = None;
+                    s.links.clear();
                 }
             }
             return;

@@ -34,6 +34,10 @@ pub(crate) enum Cmd {
     Cat(CatArgs),
     /// Paths added, removed and changed between two generations
     Diff(DiffArgs),
+    /// Write a generation (or paths of it) into a directory with every
+    /// stored attribute: owners, modes, ns mtimes, hard links, xattrs and
+    /// ACLs, special files, holes. Verified as read; a rerun resumes
+    Restore(RestoreArgs),
     /// The generations in which a path changed, one line per distinct version
     History(HistoryArgs),
     /// Re-hash everything reachable; exit 1 listing each problem
@@ -305,6 +309,35 @@ pub(crate) struct CatArgs {
     pub(crate) gen: Option<u64>,
     /// A file of the generation
     pub(crate) path: OsString,
+}
+
+#[derive(Args)]
+pub(crate) struct RestoreArgs {
+    /// The set (one of `strata sets`)
+    #[arg(long)]
+    pub(crate) set: String,
+    /// Generation number (default: latest)
+    #[arg(long, conflicts_with = "tag")]
+    pub(crate) gen: Option<u64>,
+    /// Restore the generation this tag names
+    #[arg(long)]
+    pub(crate) tag: Option<String>,
+    /// Restore only this path and what is below it (repeatable)
+    #[arg(long)]
+    pub(crate) path: Vec<OsString>,
+    /// Write into a non-empty directory, replacing what differs (entries
+    /// the generation does not have are left alone)
+    #[arg(long)]
+    pub(crate) overwrite: bool,
+    /// Files written at once (default: 4 per core)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub(crate) jobs: Option<u16>,
+    /// Print the summary as JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Where to write (created if missing; must be empty unless --overwrite
+    /// or resuming an interrupted restore of the same generation)
+    pub(crate) dest: PathBuf,
 }
 
 #[derive(Args)]

@@ -138,14 +138,8 @@ fn print_commit(s: &CommitSummary) {
             s.repaired_objects
         );
     }
-    if s.skipped_special > 0 {
-        eprintln!(
-            "strata: warning: skipped {} special file(s) (fifo, socket, device)",
-            s.skipped_special
-        );
-        for w in &s.warnings {
-            eprintln!("  {w}");
-        }
+    for w in &s.warnings {
+        eprintln!("strata: warning: {w}");
     }
     for p in &s.skipped_unreadable {
         eprintln!("strata: warning: skipped unreadable: {p}");

@@ -20,6 +20,7 @@ mod metrics;
 mod mount;
 mod pins;
 mod render;
+mod restore;
 mod sets;
 mod status;
 mod tag;
@@ -100,6 +101,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Ls(a) => ls::ls(&open(s)?, a),
         Cmd::Cat(a) => cat::cat(&open(s)?, a),
         Cmd::Diff(a) => diff::diff(&open(s)?, a),
+        Cmd::Restore(a) => restore::restore(&open(s)?, a),
         Cmd::History(a) => history::history(&open(s)?, a),
         Cmd::Verify(a) => verify::verify(&open(s)?, a),
         Cmd::Lineage(a) => lineage::lineage(&open(s)?, a),

@@ -137,6 +137,20 @@ impl Beneath {
     }
 }
 
+impl Beneath {
+    /// The extended attributes of `rel` itself (a symlink's own, not its
+    /// target's), read through an `O_PATH` descriptor of it.
+    pub(crate) fn xattrs(&self, rel: &[u8]) -> io::Result<Vec<crate::xattr::Attr>> {
+        let entry = self.open_at(rel, libc::O_PATH | libc::O_NOFOLLOW)?;
+        crate::xattr::read(&fd_path(&entry, b""))
+    }
+}
+
+/// The extended attributes of an open file.
+pub(crate) fn file_xattrs(file: &File) -> io::Result<Vec<crate::xattr::Attr>> {
+    crate::xattr::read(&fd_path(file, b""))
+}
+
 /// `/proc/self/fd/N[/name]`: resolves to the open directory itself, never
 /// to whatever now has its name.
 fn fd_path(dir: &File, name: &[u8]) -> PathBuf {

@@ -127,10 +127,10 @@ pub struct Progress {
 pub(crate) struct WalkStats {
     pub entries: u64,
     pub unchanged_files: u64,
+    /// FIFOs, sockets and device nodes seen.
     pub special: u64,
     /// Files whose content came from a resumed journal without a read.
     pub reused: u64,
-    pub warnings: Vec<String>,
     pub problems: Vec<String>,
 }
 
@@ -152,7 +152,8 @@ pub struct CommitSummary {
     /// that failed the adoption check and were replaced (docs/FORMAT.md,
     /// "Adopting an existing object").
     pub repaired_objects: u64,
-    pub skipped_special: u64,
+    /// FIFOs, sockets and device nodes the walk saw (stored as rows).
+    pub special: u64,
     pub skipped_unreadable: Vec<String>,
     pub warnings: Vec<String>,
     /// The dead commit's journal this one resumed from (its token).
@@ -364,7 +365,7 @@ fn empty_summary(opts: &CommitOptions, parent: Option<u64>) -> CommitSummary {
         hashed_bytes: 0,
         new_bytes: 0,
         repaired_objects: 0,
-        skipped_special: 0,
+        special: 0,
         skipped_unreadable: Vec::new(),
         warnings: Vec::new(),
         resumed_from: None,
@@ -444,7 +445,7 @@ fn fill_published(summary: &mut CommitSummary, p: Published) {
 
 fn record_walk(
     summary: &mut CommitSummary,
-    mut walk: WalkStats,
+    walk: WalkStats,
     progress: &Progress,
     skip_unreadable: bool,
 ) -> Result<()> {
@@ -453,8 +454,7 @@ fn record_walk(
     summary.hashed_files = progress.hashed_files.load(Relaxed);
     summary.hashed_bytes = progress.hashed_bytes.load(Relaxed);
     summary.new_bytes = progress.stored_bytes.load(Relaxed);
-    summary.skipped_special = walk.special;
-    summary.warnings = std::mem::take(&mut walk.warnings);
+    summary.special = walk.special;
     if walk.problems.is_empty() {
         return Ok(());
     }

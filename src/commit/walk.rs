@@ -12,7 +12,7 @@ use super::beneath::Beneath;
 use super::{Scope, WalkStats};
 use crate::compose::GenView;
 use crate::error::{Error, Result};
-use crate::row::{check_path_len, join, split, BlobLoc, Kind, Row};
+use crate::row::{check_path_len, join, split, BlobLoc, Kind, Meta, Row};
 use crossbeam_channel::{bounded, Sender};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -77,12 +77,77 @@ fn list_tree(root: &Beneath, seeds: Vec<Vec<u8>>, tx: Sender<Listing>) {
     }
 }
 
-/// Whether a directory or symlink kept the metadata the walk compares
-/// (mode, mtime, owner).
+/// Whether a directory, symlink or special file kept the metadata the walk
+/// compares (mode, mtime, ctime, owner, link count, device number). An
+/// attribute change moves ctime, so equal ctimes spare reading attributes.
 fn same_meta(prev: &Row, row: &Row) -> bool {
     prev.mode == row.mode
         && prev.mtime_ns == row.mtime_ns
+        && prev.ctime_ns == row.ctime_ns
         && (prev.uid, prev.gid) == (row.uid, row.gid)
+        && (prev.meta().link, prev.meta().nlink, prev.meta().rdev)
+            == (row.meta().link, row.meta().nlink, row.meta().rdev)
+}
+
+/// The kind an entry of file type `ft` is stored as.
+fn kind_of(ft: &fs::FileType) -> Kind {
+    if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() {
+        Kind::File
+    } else if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_fifo() {
+        Kind::Fifo
+    } else if ft.is_socket() {
+        Kind::Socket
+    } else if ft.is_char_device() {
+        Kind::CharDev
+    } else {
+        Kind::BlockDev
+    }
+}
+
+/// A link group key for the source inode `(dev, ino)`: nonzero, and the
+/// same for every name of that inode in one walk.
+fn link_key(dev: u64, ino: u64) -> u64 {
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&dev.to_le_bytes());
+    key[8..].copy_from_slice(&ino.to_le_bytes());
+    let h = blake3::hash(&key);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&h.as_bytes()[..8]);
+    u64::from_le_bytes(first) | 1
+}
+
+/// Link group and device number as a stat shows them (attributes are read
+/// separately, only for rows the walk emits).
+fn stat_meta(md: &Metadata, kind: Kind) -> Meta {
+    let linked = kind != Kind::Dir && md.nlink() > 1;
+    let device = matches!(kind, Kind::CharDev | Kind::BlockDev);
+    Meta {
+        link: if linked {
+            link_key(md.dev(), md.ino())
+        } else {
+            0
+        },
+        nlink: if linked {
+            u32::try_from(md.nlink()).unwrap_or(u32::MAX)
+        } else {
+            0
+        },
+        rdev: if device { md.rdev() } else { 0 },
+        xattrs: Vec::new(),
+    }
+}
+
+/// Add the extended attributes read by `read` to `row`'s metadata.
+pub(crate) fn with_xattrs(row: &mut Row, attrs: Vec<crate::xattr::Attr>) -> Result<()> {
+    let xattrs = crate::xattr::encode(attrs)?;
+    let mut meta = row.meta.take().map(|m| *m).unwrap_or_default();
+    meta.xattrs = xattrs;
+    row.meta = meta.boxed();
+    Ok(())
 }
 
 /// A file the walk found new or changed, for the hash workers.
@@ -145,6 +210,7 @@ pub(crate) fn stat_row(parent: Vec<u8>, name: Vec<u8>, md: &Metadata, kind: Kind
             .saturating_add(md.ctime_nsec()),
         uid: md.uid(),
         gid: md.gid(),
+        meta: stat_meta(md, kind).boxed(),
     }
 }
 
@@ -345,16 +411,7 @@ impl<'a> Walker<'a> {
         self.stats.entries += 1;
         self.walked
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ft = md.file_type();
-        let kind = if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_file() {
-            Kind::File
-        } else if ft.is_symlink() {
-            Kind::Symlink
-        } else {
-            return self.special(parent, name, &ft, prev);
-        };
+        let kind = kind_of(&md.file_type());
         let mut row = stat_row(parent, name, md, kind);
         row.first_gen = prev
             .as_ref()
@@ -364,7 +421,7 @@ impl<'a> Walker<'a> {
         match kind {
             Kind::File => self.observe_file(row, prev)?,
             Kind::Symlink => self.observe_symlink(row, prev)?,
-            _ => self.observe_dir(row, prev)?,
+            _ => self.observe_other(row, prev)?,
         }
         Ok(kind == Kind::Dir)
     }
@@ -379,6 +436,7 @@ impl<'a> Walker<'a> {
         if let Some(hint) = self.hints.and_then(|h| h.reuse(&row)) {
             row.digest = hint.digest;
             row.blob = hint.blob;
+            row.meta = hint.meta.clone();
             self.stats.reused += 1;
             return (self.emit)(Event::Row(row));
         }
@@ -418,44 +476,43 @@ impl<'a> Walker<'a> {
             p.kind == Kind::Symlink && p.target == row.target && same_meta(p, &row)
         });
         if !same {
-            (self.emit)(Event::Row(row))?;
+            self.emit_with_xattrs(row)?;
         }
         Ok(())
     }
 
-    fn observe_dir(&mut self, row: Row, prev: Option<Row>) -> Result<()> {
+    /// A directory, FIFO, socket or device node: a row when its metadata
+    /// changed.
+    fn observe_other(&mut self, row: Row, prev: Option<Row>) -> Result<()> {
         let same = prev
             .as_ref()
-            .is_some_and(|p| p.kind == Kind::Dir && same_meta(p, &row));
+            .is_some_and(|p| p.kind == row.kind && same_meta(p, &row));
+        if row.kind.is_special() {
+            self.stats.special += 1;
+        }
         if !same {
-            (self.emit)(Event::Row(row))?;
+            self.emit_with_xattrs(row)?;
         }
         Ok(())
     }
 
-    fn special(
-        &mut self,
-        parent: Vec<u8>,
-        name: Vec<u8>,
-        ft: &fs::FileType,
-        prev: Option<Row>,
-    ) -> Result<bool> {
-        self.stats.special += 1;
-        let what = if ft.is_fifo() {
-            "fifo"
-        } else if ft.is_socket() {
-            "socket"
-        } else {
-            "device"
-        };
-        let path = join(&parent, &name);
-        self.stats
-            .warnings
-            .push(format!("{}: skipped {what}", crate::row::show(&path)));
-        if prev.is_some() {
-            (self.emit)(Event::Row(Row::tombstone(parent, name)))?;
+    /// Emit `row` with its extended attributes; an entry whose attributes
+    /// cannot be read or are over the limits is a problem, not a row.
+    fn emit_with_xattrs(&mut self, mut row: Row) -> Result<()> {
+        let path = row.path();
+        let read = self
+            .beneath
+            .xattrs(&path)
+            .map_err(|e| Error::io("read extended attributes", self.abs(&path), e))
+            .and_then(|attrs| with_xattrs(&mut row, attrs));
+        match read {
+            Ok(()) => (self.emit)(Event::Row(row)),
+            Err(e) if row.kind == Kind::Dir && path.is_empty() => Err(e),
+            Err(e) => {
+                self.problem(&path, "refused", &e);
+                Ok(())
+            }
         }
-        Ok(false)
     }
 }
 

@@ -428,6 +428,7 @@ fn take_row(r: &mut Row) -> Row {
         parent: std::mem::take(&mut r.parent),
         name: std::mem::take(&mut r.name),
         target: r.target.take(),
+        meta: r.meta.take(),
         ..*r
     }
 }

@@ -13,8 +13,10 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// 1: initial layout. 2: uid and gid in row records. 3: chunked blob locations.
-pub const JOURNAL_VERSION: u32 = 3;
+/// 1: initial layout. 2: uid and gid in row records. 3: chunked blob
+/// locations. 4: special kinds and an optional metadata tail (link group,
+/// link count, device number, extended attributes) in row records.
+pub const JOURNAL_VERSION: u32 = 4;
 const MAGIC: &[u8; 8] = b"STRATAJL";
 const SEAL_MAGIC: &[u8; 8] = b"STRJSEAL";
 const SEAL_LEN: u64 = 8 + 8 + 32;

@@ -159,8 +159,15 @@ pub struct Counts {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// FIFOs, sockets and device nodes (absent from older manifests: 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub special: u64,
     /// Sum of file sizes of the generation.
     pub bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

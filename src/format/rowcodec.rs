@@ -3,7 +3,7 @@
 //! against the remaining input and the path limits.
 
 use crate::error::{Error, Result};
-use crate::row::{check_path_len, BlobLoc, Codec, Kind, Row, MAX_NAME, MAX_PATH};
+use crate::row::{check_path_len, BlobLoc, Codec, Kind, Meta, Row, MAX_NAME, MAX_PATH};
 
 pub fn encode(row: &Row, out: &mut Vec<u8>) {
     put_bytes(out, &row.parent);
@@ -33,6 +33,40 @@ pub fn encode(row: &Row, out: &mut Vec<u8>) {
     out.extend_from_slice(&row.ctime_ns.to_le_bytes());
     out.extend_from_slice(&row.uid.to_le_bytes());
     out.extend_from_slice(&row.gid.to_le_bytes());
+    if let Some(meta) = &row.meta {
+        encode_meta(meta, out);
+    }
+}
+
+/// The optional tail of a record (journal v4): link group, link count,
+/// device number, extended attributes. A record without it has none.
+fn encode_meta(meta: &Meta, out: &mut Vec<u8>) {
+    out.push(1);
+    out.extend_from_slice(&meta.link.to_le_bytes());
+    out.extend_from_slice(&meta.nlink.to_le_bytes());
+    out.extend_from_slice(&meta.rdev.to_le_bytes());
+    put_bytes(out, &meta.xattrs);
+}
+
+fn decode_meta(r: &mut Reader<'_>) -> Result<Option<Box<Meta>>> {
+    if r.pos == r.buf.len() {
+        return Ok(None);
+    }
+    if r.u8()? != 1 {
+        return Err(r.bad("metadata tag"));
+    }
+    let link = r.u64()?;
+    let nlink = u32::from_le_bytes(r.array()?);
+    let rdev = r.u64()?;
+    let xattrs = r.bytes(crate::xattr::MAX_ENCODED)?;
+    crate::xattr::decode(&xattrs, r.file)?;
+    Ok(Meta {
+        link,
+        nlink,
+        rdev,
+        xattrs,
+    }
+    .boxed())
 }
 
 fn encode_blob(blob: &BlobLoc, out: &mut Vec<u8>) {
@@ -85,6 +119,7 @@ pub fn decode(buf: &[u8], file: &str) -> Result<Row> {
     let ctime_ns = r.u64()? as i64;
     let uid = u32::from_le_bytes(r.array()?);
     let gid = u32::from_le_bytes(r.array()?);
+    let meta = decode_meta(&mut r)?;
     if r.pos != buf.len() {
         return Err(r.bad("trailing bytes"));
     }
@@ -104,6 +139,7 @@ pub fn decode(buf: &[u8], file: &str) -> Result<Row> {
         ctime_ns,
         uid,
         gid,
+        meta,
     })
 }
 

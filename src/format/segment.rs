@@ -9,7 +9,7 @@
 //! a panic inside the Parquet decoder is caught and reported the same way.
 
 use crate::error::{Error, IoContext, Result};
-use crate::row::{check_path_len, BlobLoc, Codec, Kind, Row, MAX_NAME};
+use crate::row::{check_path_len, BlobLoc, Codec, Kind, Meta, Row, MAX_NAME};
 use arrow_array::builder::{
     BinaryBuilder, FixedSizeBinaryBuilder, Int64Builder, UInt32Builder, UInt64Builder, UInt8Builder,
 };
@@ -40,8 +40,10 @@ use std::thread::JoinHandle;
 /// Segment format version (see docs/FORMAT.md, "Segment").
 /// 1: initial layout. 2: `uid` and `gid` columns appended (a version 1
 /// segment reads as owner 0:0). 3: blob location 3, chunked (the `pack`
-/// column holds the chunk list's digest).
-pub const SEGMENT_VERSION: u32 = 3;
+/// column holds the chunk list's digest). 4: kinds `p`, `s`, `c`, `b` and
+/// the `link`, `nlink`, `rdev` and `xattrs` columns appended (an older
+/// segment reads as none of them).
+pub const SEGMENT_VERSION: u32 = 4;
 /// Rows per row group: the unit a lookup decodes.
 pub const GROUP_ROWS: usize = 4096;
 /// Rows per segment before the writer starts a new file.
@@ -57,7 +59,7 @@ const META_KEY: &str = "strata.segment";
 /// makes both). Decoding the wide benchmark tree's 1M rows took 160 ms with
 /// every column compressed and takes 110 ms without these; the files are
 /// the same size.
-const RAW_COLUMNS: [&str; 12] = [
+const RAW_COLUMNS: [&str; 15] = [
     "parent",
     "kind",
     "mode",
@@ -70,10 +72,16 @@ const RAW_COLUMNS: [&str; 12] = [
     "changed_gen",
     "uid",
     "gid",
+    "link",
+    "nlink",
+    "rdev",
 ];
 
 /// Columns of a version 1 segment; version 2 appends `uid` and `gid`.
 const V1_COLUMNS: usize = 17;
+/// Columns of a version 2 or 3 segment; version 4 appends `link`, `nlink`,
+/// `rdev` and `xattrs`.
+const V3_COLUMNS: usize = 19;
 
 fn schema() -> SchemaRef {
     static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
@@ -99,6 +107,10 @@ fn schema() -> SchemaRef {
                 Field::new("ctime_ns", DataType::Int64, false),
                 Field::new("uid", DataType::UInt32, false),
                 Field::new("gid", DataType::UInt32, false),
+                Field::new("link", DataType::UInt64, false),
+                Field::new("nlink", DataType::UInt32, false),
+                Field::new("rdev", DataType::UInt64, false),
+                Field::new("xattrs", DataType::Binary, true),
             ]))
         })
         .clone()
@@ -393,6 +405,10 @@ fn to_batch(rows: &[Row]) -> Result<RecordBatch> {
     let mut ctime = Int64Builder::with_capacity(n);
     let mut uid = UInt32Builder::with_capacity(n);
     let mut gid = UInt32Builder::with_capacity(n);
+    let mut link = UInt64Builder::with_capacity(n);
+    let mut nlink = UInt32Builder::with_capacity(n);
+    let mut rdev = UInt64Builder::with_capacity(n);
+    let mut xattrs = BinaryBuilder::with_capacity(n, 0);
     let fsb = |e: arrow_schema::ArrowError| Error::internal_from("build a segment column", e);
     for r in rows {
         parent.append_value(&r.parent);
@@ -431,6 +447,14 @@ fn to_batch(rows: &[Row]) -> Result<RecordBatch> {
         ctime.append_value(r.ctime_ns);
         uid.append_value(r.uid);
         gid.append_value(r.gid);
+        let meta = r.meta();
+        link.append_value(meta.link);
+        nlink.append_value(meta.nlink);
+        rdev.append_value(meta.rdev);
+        match meta.xattrs.is_empty() {
+            true => xattrs.append_null(),
+            false => xattrs.append_value(&meta.xattrs),
+        }
     }
     let cols: Vec<ArrayRef> = vec![
         Arc::new(parent.finish()),
@@ -452,6 +476,10 @@ fn to_batch(rows: &[Row]) -> Result<RecordBatch> {
         Arc::new(ctime.finish()),
         Arc::new(uid.finish()),
         Arc::new(gid.finish()),
+        Arc::new(link.finish()),
+        Arc::new(nlink.finish()),
+        Arc::new(rdev.finish()),
+        Arc::new(xattrs.finish()),
     ];
     RecordBatch::try_new(schema(), cols)
         .map_err(|e| Error::internal_from("assemble a segment row group", e))
@@ -735,6 +763,15 @@ fn decode_batch(name: &str, b: &RecordBatch, out: &mut Vec<Row>) -> Result<()> {
         )),
         false => None,
     };
+    let meta = match b.num_columns() > V3_COLUMNS {
+        true => Some(MetaColumns {
+            link: col(name, b, 19)?,
+            nlink: col(name, b, 20)?,
+            rdev: col(name, b, 21)?,
+            xattrs: col(name, b, 22)?,
+        }),
+        false => None,
+    };
     let bad = |what: &str| Error::corrupt("segment", name, format!("invalid {what}"));
     for i in 0..b.num_rows() {
         let kind = Kind::from_code(kind.value(i)).ok_or_else(|| bad("kind"))?;
@@ -759,11 +796,40 @@ fn decode_batch(name: &str, b: &RecordBatch, out: &mut Vec<Row>) -> Result<()> {
             ctime_ns: ctime.value(i),
             uid: owner.map_or(0, |o| o.0.value(i)),
             gid: owner.map_or(0, |o| o.1.value(i)),
+            meta: match &meta {
+                Some(m) => m.meta(name, i)?,
+                None => None,
+            },
         };
         check_row(name, &row)?;
         out.push(row);
     }
     Ok(())
+}
+
+/// The version 4 metadata columns of a batch.
+struct MetaColumns<'a> {
+    link: &'a UInt64Array,
+    nlink: &'a UInt32Array,
+    rdev: &'a UInt64Array,
+    xattrs: &'a BinaryArray,
+}
+
+impl MetaColumns<'_> {
+    fn meta(&self, name: &str, i: usize) -> Result<Option<Box<Meta>>> {
+        let xattrs = match self.xattrs.is_valid(i) {
+            true => self.xattrs.value(i).to_vec(),
+            false => Vec::new(),
+        };
+        crate::xattr::decode(&xattrs, name)?;
+        Ok(Meta {
+            link: self.link.value(i),
+            nlink: self.nlink.value(i),
+            rdev: self.rdev.value(i),
+            xattrs,
+        }
+        .boxed())
+    }
 }
 
 /// Columns a blob-reference scan decodes: digest, blob, pack, offset, stored_len, codec.
@@ -858,6 +924,9 @@ fn check_row(name: &str, row: &Row) -> Result<()> {
         }
         Kind::Symlink => row.target.is_some() && row.blob == BlobLoc::None,
         Kind::Dir | Kind::Tombstone => row.target.is_none() && row.blob == BlobLoc::None,
+        Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => {
+            row.target.is_none() && row.blob == BlobLoc::None && row.digest.is_none()
+        }
     };
     if !consistent {
         return Err(bad("fields inconsistent with kind"));

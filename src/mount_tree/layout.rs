@@ -72,6 +72,10 @@ pub enum NodeKind {
     Dir,
     Symlink,
     File,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
 }
 
 impl NodeKind {
@@ -80,7 +84,11 @@ impl NodeKind {
         match kind {
             Kind::Dir => NodeKind::Dir,
             Kind::Symlink => NodeKind::Symlink,
-            _ => NodeKind::File,
+            Kind::Fifo => NodeKind::Fifo,
+            Kind::Socket => NodeKind::Socket,
+            Kind::CharDev => NodeKind::CharDev,
+            Kind::BlockDev => NodeKind::BlockDev,
+            Kind::File | Kind::Tombstone => NodeKind::File,
         }
     }
 }
@@ -99,6 +107,10 @@ pub struct Attrs {
     pub perm: u16,
     /// The stored owner (uid, gid) of an entry; `None` for synthetic nodes.
     pub owner: Option<(u32, u32)>,
+    /// Link count as committed; 0 serves the kind's usual count.
+    pub nlink: u32,
+    /// Device number of a device node.
+    pub rdev: u64,
     /// Whether the node follows commits (synthetic directories, `latest`,
     /// tags, history links); a generation's nodes never change.
     pub live: bool,
@@ -435,6 +447,8 @@ impl Tree {
                 0o555
             },
             owner: None,
+            nlink: 0,
+            rdev: 0,
             live: true,
         }
     }
@@ -454,6 +468,8 @@ impl Tree {
             ctime: time_of(row.ctime_ns.max(row.mtime_ns)),
             perm: (row.mode & 0o7777) as u16,
             owner: Some((row.uid, row.gid)),
+            nlink: row.meta().nlink,
+            rdev: row.meta().rdev,
             live: false,
         }
     }
