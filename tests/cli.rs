@@ -366,22 +366,6 @@ fn unreadable_files_fail_the_commit_unless_skipped() {
 }
 
 #[test]
-fn special_files_are_skipped_with_a_counted_warning() {
-    let t = tempfile::tempdir().unwrap();
-    let (src, st) = (t.path().join("src"), t.path().join("store"));
-    write(&src, "regular", b"r");
-    assert!(Command::new("mkfifo")
-        .arg(src.join("fifo"))
-        .status()
-        .unwrap()
-        .success());
-    ok(&strata(&st, &["init"]));
-    let o = strata(&st, &["commit", "--set", "f", src.to_str().unwrap()]);
-    ok(&o);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("skipped 1 special file"));
-}
-
-#[test]
 fn an_unworkable_sort_budget_is_refused_before_the_commit_starts() {
     let t = tempfile::tempdir().unwrap();
     let (src, st) = (t.path().join("src"), t.path().join("store"));
