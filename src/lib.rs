@@ -14,6 +14,7 @@ pub mod compose;
 pub mod control;
 pub mod diff;
 pub mod error;
+pub mod export;
 pub mod failpoint;
 pub mod format;
 pub mod history;

@@ -170,7 +170,7 @@ fn remove_marker(dest: &Path) -> Result<()> {
 
 /// Whether `path` falls under the restore's paths: one of them, below one,
 /// or an ancestor of one (created with its stored metadata).
-fn selected(paths: &[Vec<u8>], path: &[u8]) -> bool {
+pub(crate) fn selected(paths: &[Vec<u8>], path: &[u8]) -> bool {
     let under = |p: &[u8], q: &[u8]| p.is_empty() || q == p || q.starts_with(&[p, b"/"].concat());
     paths.is_empty()
         || paths

@@ -459,3 +459,50 @@ fn attributes_and_devices_enter_the_identity_links_do_not() {
         "two files or one inode under two names: the same tree"
     );
 }
+
+#[test]
+fn tar_extracts_the_export_as_the_committed_tree_but_its_socket() {
+    let s = Scratch::new();
+    rich_tree(&s.src);
+    ok(&strata(
+        &s.st,
+        &["commit", "--set", "t", s.src.to_str().unwrap()],
+    ));
+    let dest = s.path().join("extracted");
+    fs::create_dir(&dest).unwrap();
+    let export = Command::new(bin())
+        .args(["--store", s.st.to_str().unwrap(), "export", "--set", "t"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tar = Command::new("tar")
+        .args([
+            "-x",
+            "-p",
+            "--numeric-owner",
+            "--xattrs",
+            "--xattrs-include=*",
+            "-f",
+            "-",
+            "-C",
+        ])
+        .arg(&dest)
+        .stdin(export.stdout.unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        tar.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tar.stderr)
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut export.stderr.unwrap(), &mut err).unwrap();
+    assert!(err.contains("sock: a socket has no tar form"), "{err}");
+    fs::remove_file(s.src.join("sock")).unwrap();
+    set_mtime(&s.src, 1_200_000_000_987_654_321);
+    rsync_finds_nothing(&s.src, &dest);
+    assert_same_trees(&s.src, &dest);
+    let sparse = fs::metadata(dest.join("sparse")).unwrap();
+    assert!(sparse.blocks() * 512 < 4 << 20, "holes came back as data");
+}

@@ -38,6 +38,9 @@ pub(crate) enum Cmd {
     /// stored attribute: owners, modes, ns mtimes, hard links, xattrs and
     /// ACLs, special files, holes. Verified as read; a rerun resumes
     Restore(RestoreArgs),
+    /// Write a generation (or paths of it) to stdout as a POSIX tar stream
+    /// (pax: ns mtimes, xattrs and ACLs, long names, hard links, sparse files)
+    Export(ExportArgs),
     /// The generations in which a path changed, one line per distinct version
     History(HistoryArgs),
     /// Re-hash everything reachable; exit 1 listing each problem
@@ -338,6 +341,22 @@ pub(crate) struct RestoreArgs {
     /// Where to write (created if missing; must be empty unless --overwrite
     /// or resuming an interrupted restore of the same generation)
     pub(crate) dest: PathBuf,
+}
+
+#[derive(Args)]
+pub(crate) struct ExportArgs {
+    /// The set (one of `strata sets`)
+    #[arg(long)]
+    pub(crate) set: String,
+    /// Generation number (default: latest)
+    #[arg(long, conflicts_with = "tag")]
+    pub(crate) gen: Option<u64>,
+    /// Export the generation this tag names
+    #[arg(long)]
+    pub(crate) tag: Option<String>,
+    /// Export only this path and what is below it (repeatable)
+    #[arg(long)]
+    pub(crate) path: Vec<OsString>,
 }
 
 #[derive(Args)]

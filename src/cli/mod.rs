@@ -7,6 +7,7 @@ mod budget;
 mod cat;
 mod commit;
 mod diff;
+mod export;
 mod gc;
 mod generate;
 mod history;
@@ -102,6 +103,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Cat(a) => cat::cat(&open(s)?, a),
         Cmd::Diff(a) => diff::diff(&open(s)?, a),
         Cmd::Restore(a) => restore::restore(&open(s)?, a),
+        Cmd::Export(a) => export::export(&open(s)?, a),
         Cmd::History(a) => history::history(&open(s)?, a),
         Cmd::Verify(a) => verify::verify(&open(s)?, a),
         Cmd::Lineage(a) => lineage::lineage(&open(s)?, a),

@@ -13,16 +13,8 @@ use strata::restore::{Progress, RestoreOptions, RestoreSummary};
 use strata::store::Store;
 
 pub(crate) fn restore(store: &Store, a: RestoreArgs) -> Result<i32> {
-    let generation = match &a.tag {
-        Some(t) => Some(strata::tag::load(store, &a.set, t)?.generation),
-        None => a.gen,
-    };
-    let view = GenView::open(store, &a.set, generation, "restore")?;
-    let paths = a
-        .path
-        .iter()
-        .map(|p| strata::row::normalize(p.as_bytes()))
-        .collect::<Result<Vec<_>>>()?;
+    let view = open_view(store, &a.set, a.gen, a.tag.as_deref(), "restore")?;
+    let paths = normalized(&a.path)?;
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let whole = paths.is_empty();
     let opts = RestoreOptions {
@@ -45,6 +37,29 @@ pub(crate) fn restore(store: &Store, a: RestoreArgs) -> Result<i32> {
     }
     print_summary(&summary);
     Ok(0)
+}
+
+/// The generation `gen` or tagged `tag` (latest when neither), pinned.
+pub(crate) fn open_view(
+    store: &Store,
+    set: &str,
+    gen: Option<u64>,
+    tag: Option<&str>,
+    holder: &str,
+) -> Result<GenView> {
+    let generation = match tag {
+        Some(t) => Some(strata::tag::load(store, set, t)?.generation),
+        None => gen,
+    };
+    GenView::open(store, set, generation, holder)
+}
+
+/// `--path` arguments as stored paths.
+pub(crate) fn normalized(paths: &[std::ffi::OsString]) -> Result<Vec<Vec<u8>>> {
+    paths
+        .iter()
+        .map(|p| strata::row::normalize(p.as_bytes()))
+        .collect()
 }
 
 type ProgressHandle = (Arc<AtomicBool>, std::thread::JoinHandle<()>);
