@@ -239,7 +239,7 @@ impl Tar<'_> {
             records.extend(pax(b"size", h.size.to_string().as_bytes()));
         }
         let what = crate::row::show(&row.path());
-        for (name, value) in crate::xattr::decode(&row.meta().xattrs, &what)? {
+        for (name, value) in crate::format::xattrs::decode(&row.meta().xattrs, &what)? {
             records.extend(pax(&[&b"SCHILY.xattr."[..], &name].concat(), &value));
         }
         let mut pax_name = b"PaxHeaders/".to_vec();

@@ -149,6 +149,27 @@ impl GenIndex {
         Ok(record)
     }
 
+    /// Record `source`, another store's record of the next generation of
+    /// this set, as RETIRED here: a copy keeps generation numbers where it
+    /// has no content to copy (the caller holds the set's write lease).
+    pub fn record_retired(&self, source: &IndexRecord, owner: &str) -> Result<IndexRecord> {
+        let current = self.newest(source.generation)?;
+        invariant_generation_unpublished(current.as_ref())?;
+        let latest = self.latest()?.map(|r| r.generation);
+        let mut next = source.clone();
+        next.parent = latest;
+        invariant_parent_is_latest(&next, latest)?;
+        next.record = current.map(|r| r.record + 1).unwrap_or(1);
+        next.state = State::Retired;
+        next.owner = owner.to_string();
+        next.written_ns = crate::token::now_ns();
+        for r in &mut next.representations {
+            r.state = State::Retired;
+        }
+        self.create(&next)?;
+        Ok(next)
+    }
+
     /// Move our PREPARED record to COMMITTED: the visibility point.
     pub fn commit(&self, prepared: &IndexRecord) -> Result<IndexRecord> {
         let current = self.newest(prepared.generation)?;

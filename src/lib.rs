@@ -12,6 +12,7 @@ pub mod chunks;
 pub mod commit;
 pub mod compose;
 pub mod control;
+pub mod copy;
 pub mod diff;
 pub mod error;
 pub mod export;

@@ -468,7 +468,7 @@ impl Writer<'_> {
             )?;
         }
         let what = path.display().to_string();
-        for (name, value) in crate::xattr::decode(&row.meta().xattrs, &what)? {
+        for (name, value) in crate::format::xattrs::decode(&row.meta().xattrs, &what)? {
             crate::xattr::set(path, &name, &value).map_err(|e| {
                 let name = String::from_utf8_lossy(&name).into_owned();
                 Error::io("set extended attribute", format!("{what} ({name})"), e)

@@ -470,7 +470,7 @@ fn tar_extracts_the_export_as_the_committed_tree_but_its_socket() {
     ));
     let dest = s.path().join("extracted");
     fs::create_dir(&dest).unwrap();
-    let export = Command::new(bin())
+    let mut export = Command::new(bin())
         .args(["--store", s.st.to_str().unwrap(), "export", "--set", "t"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -488,7 +488,7 @@ fn tar_extracts_the_export_as_the_committed_tree_but_its_socket() {
             "-C",
         ])
         .arg(&dest)
-        .stdin(export.stdout.unwrap())
+        .stdin(export.stdout.take().unwrap())
         .output()
         .unwrap();
     assert!(
@@ -497,7 +497,8 @@ fn tar_extracts_the_export_as_the_committed_tree_but_its_socket() {
         String::from_utf8_lossy(&tar.stderr)
     );
     let mut err = String::new();
-    std::io::Read::read_to_string(&mut export.stderr.unwrap(), &mut err).unwrap();
+    std::io::Read::read_to_string(&mut export.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(export.wait().unwrap().success(), "{err}");
     assert!(err.contains("sock: a socket has no tar form"), "{err}");
     fs::remove_file(s.src.join("sock")).unwrap();
     set_mtime(&s.src, 1_200_000_000_987_654_321);

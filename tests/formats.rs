@@ -38,13 +38,42 @@ fn sample_rows() -> Vec<Row> {
     vec![dir, file, link]
 }
 
+/// `sample_rows` with a linked file carrying attributes, a FIFO and a
+/// device (segment and journal version 4), in key order.
+fn rows_with_meta() -> Vec<Row> {
+    let [dir, mut file, link]: [Row; 3] = sample_rows().try_into().unwrap();
+    file.meta = strata::row::Meta {
+        link: 0x1234_5679,
+        nlink: 2,
+        rdev: 0,
+        xattrs: strata::format::xattrs::encode(vec![
+            (b"user.a".to_vec(), b"1".to_vec()),
+            (b"system.posix_acl_access".to_vec(), vec![2, 0, 0, 0]),
+        ])
+        .unwrap(),
+    }
+    .boxed();
+    let mut fifo = Row::tombstone(b"docs".to_vec(), b"fifo".to_vec());
+    fifo.kind = Kind::Fifo;
+    fifo.mode = 0o600;
+    let mut dev = Row::tombstone(b"docs".to_vec(), b"tty".to_vec());
+    dev.kind = Kind::CharDev;
+    dev.mode = 0o620;
+    dev.meta = strata::row::Meta {
+        rdev: 0x8801,
+        ..Default::default()
+    }
+    .boxed();
+    vec![dir, file, fifo, link, dev]
+}
+
 #[test]
 fn segment_columns_keep_their_codecs_and_read_back() {
     use parquet::basic::Compression;
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let t = tempfile::tempdir().unwrap();
     let mut writer = strata::format::segment::SegmentWriter::new(t.path()).unwrap();
-    for row in sample_rows() {
+    for row in rows_with_meta() {
         writer.push(row).unwrap();
     }
     let file = writer.finish().unwrap().remove(0);
@@ -58,6 +87,7 @@ fn segment_columns_keep_their_codecs_and_read_back() {
         "stored_len",
         "ino",
         "ctime_ns",
+        "xattrs",
     ];
     for chunk in reader.metadata().row_group(0).columns() {
         let column = chunk.column_path().string();
@@ -65,7 +95,7 @@ fn segment_columns_keep_their_codecs_and_read_back() {
         assert_eq!(compressed, zstd.contains(&column.as_str()), "{column}");
     }
     let segment = Segment::parse(&file.name, bytes).unwrap();
-    assert_eq!(segment.read_group(0).unwrap(), sample_rows());
+    assert_eq!(segment.read_group(0).unwrap(), rows_with_meta());
 }
 
 #[test]
@@ -74,7 +104,12 @@ fn identity_encoding_is_pinned() {
     for r in &sample_rows() {
         h.push(r);
     }
-    assert_eq!(h.finish(), GOLDEN_IDENTITY);
+    assert_eq!(h.finish(), GOLDEN_IDENTITY, "rows without metadata");
+    let mut h = IdentityHasher::new();
+    for r in &rows_with_meta() {
+        h.push(r);
+    }
+    assert_eq!(h.finish(), GOLDEN_IDENTITY_META);
 }
 
 #[test]
@@ -102,6 +137,24 @@ fn row_record_encoding_is_pinned_and_round_trips() {
         rowcodec::decode(&long, "t"),
         Err(Error::Corrupt { .. })
     ));
+    // With the metadata tail (version 4): cut anywhere, it fails or (cut
+    // exactly before the tail) decodes as a different row; the journal's
+    // framing and seal are what catch such a cut.
+    let with = &rows_with_meta()[1];
+    let mut buf = Vec::new();
+    rowcodec::encode(with, &mut buf);
+    assert_eq!(
+        hex::encode(blake3::hash(&buf).as_bytes()),
+        GOLDEN_ROW_RECORD_META
+    );
+    assert_eq!(&rowcodec::decode(&buf, "golden").unwrap(), with);
+    for cut in 0..buf.len() {
+        match rowcodec::decode(&buf[..cut], "t") {
+            Err(Error::Corrupt { .. }) => {}
+            Ok(r) => assert!(r.meta.is_none() && &r != with, "cut at {cut}"),
+            Err(e) => panic!("cut at {cut}: {e}"),
+        }
+    }
 }
 
 #[test]
@@ -190,3 +243,7 @@ fn segment_and_manifest_parsers_never_panic_on_garbage() {
 
 const GOLDEN_IDENTITY: &str = "af0c5c67e343e860819ed3ec82f9064b7437e6c2c48922bbc699b39b5910c3b4";
 const GOLDEN_ROW_RECORD: &str = "744067e4b358a661d8b2a3d5cde8c1751d1404dbe9f791167f64092b0b892745";
+const GOLDEN_IDENTITY_META: &str =
+    "09eaa0480c3f5fdec6590a361b66c1ef00d2625ebee22b5eebcfd9d32aea912f";
+const GOLDEN_ROW_RECORD_META: &str =
+    "3ce5ef3a6fec924710d635b76e669e748553d146b50dbff53f2e56bc63496be9";

@@ -917,7 +917,7 @@ impl Filesystem for StrataFs {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let value = guarded("getxattr", || {
             let (xattrs, what) = self.xattrs_of(ino)?;
-            strata::xattr::get(&xattrs, name.as_bytes(), &what)
+            strata::format::xattrs::get(&xattrs, name.as_bytes(), &what)
                 .map_err(|e| xattr_errno(&e))?
                 .ok_or(Errno::NO_XATTR)
         });
@@ -927,7 +927,7 @@ impl Filesystem for StrataFs {
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let names = guarded("listxattr", || {
             let (xattrs, what) = self.xattrs_of(ino)?;
-            strata::xattr::list(&xattrs, &what).map_err(|e| xattr_errno(&e))
+            strata::format::xattrs::list(&xattrs, &what).map_err(|e| xattr_errno(&e))
         });
         reply_xattr(names, size, reply);
     }

@@ -41,6 +41,10 @@ pub(crate) enum Cmd {
     /// Write a generation (or paths of it) to stdout as a POSIX tar stream
     /// (pax: ns mtimes, xattrs and ACLs, long names, hard links, sparse files)
     Export(ExportArgs),
+    /// Replicate committed generations and their tags to another store
+    /// (local or s3://, either direction), keeping numbers and identities;
+    /// sends only what the target lacks
+    Copy(CopyArgs),
     /// The generations in which a path changed, one line per distinct version
     History(HistoryArgs),
     /// Re-hash everything reachable; exit 1 listing each problem
@@ -341,6 +345,24 @@ pub(crate) struct RestoreArgs {
     /// Where to write (created if missing; must be empty unless --overwrite
     /// or resuming an interrupted restore of the same generation)
     pub(crate) dest: PathBuf,
+}
+
+#[derive(Args)]
+pub(crate) struct CopyArgs {
+    /// The target store: a directory or s3://bucket[/prefix] (created if
+    /// missing; the --s3-* options apply to both stores)
+    #[arg(long, value_name = "STORE")]
+    pub(crate) to: String,
+    /// Copy only this set (repeatable; default: every set)
+    #[arg(long)]
+    pub(crate) set: Vec<String>,
+    /// Copy only this generation's content (repeatable; earlier ones the
+    /// target lacks are recorded there as retired; default: all)
+    #[arg(long)]
+    pub(crate) gen: Vec<u64>,
+    /// Print the summary as JSON
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Args)]

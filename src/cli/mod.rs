@@ -6,6 +6,7 @@ mod args;
 mod budget;
 mod cat;
 mod commit;
+mod copy;
 mod diff;
 mod export;
 mod gc;
@@ -104,6 +105,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Diff(a) => diff::diff(&open(s)?, a),
         Cmd::Restore(a) => restore::restore(&open(s)?, a),
         Cmd::Export(a) => export::export(&open(s)?, a),
+        Cmd::Copy(a) => copy::copy(&open(s)?, s, a),
         Cmd::History(a) => history::history(&open(s)?, a),
         Cmd::Verify(a) => verify::verify(&open(s)?, a),
         Cmd::Lineage(a) => lineage::lineage(&open(s)?, a),

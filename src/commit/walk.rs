@@ -143,7 +143,7 @@ fn stat_meta(md: &Metadata, kind: Kind) -> Meta {
 
 /// Add the extended attributes read by `read` to `row`'s metadata.
 pub(crate) fn with_xattrs(row: &mut Row, attrs: Vec<crate::xattr::Attr>) -> Result<()> {
-    let xattrs = crate::xattr::encode(attrs)?;
+    let xattrs = crate::format::xattrs::encode(attrs)?;
     let mut meta = row.meta.take().map(|m| *m).unwrap_or_default();
     meta.xattrs = xattrs;
     row.meta = meta.boxed();

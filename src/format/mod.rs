@@ -9,6 +9,7 @@ pub mod pointer;
 pub mod record;
 pub mod rowcodec;
 pub mod segment;
+pub mod xattrs;
 
 use crate::error::{Error, Result};
 use serde::de::DeserializeOwned;

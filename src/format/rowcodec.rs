@@ -58,8 +58,8 @@ fn decode_meta(r: &mut Reader<'_>) -> Result<Option<Box<Meta>>> {
     let link = r.u64()?;
     let nlink = u32::from_le_bytes(r.array()?);
     let rdev = r.u64()?;
-    let xattrs = r.bytes(crate::xattr::MAX_ENCODED)?;
-    crate::xattr::decode(&xattrs, r.file)?;
+    let xattrs = r.bytes(crate::format::xattrs::MAX_ENCODED)?;
+    crate::format::xattrs::decode(&xattrs, r.file)?;
     Ok(Meta {
         link,
         nlink,

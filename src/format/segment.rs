@@ -535,6 +535,7 @@ impl Segment {
         let full = schema();
         let want = match version {
             1 => &full.fields()[..V1_COLUMNS],
+            2 | 3 => &full.fields()[..V3_COLUMNS],
             _ => &full.fields()[..],
         };
         if meta.schema().fields()[..] != *want {
@@ -821,7 +822,7 @@ impl MetaColumns<'_> {
             true => self.xattrs.value(i).to_vec(),
             false => Vec::new(),
         };
-        crate::xattr::decode(&xattrs, name)?;
+        crate::format::xattrs::decode(&xattrs, name)?;
         Ok(Meta {
             link: self.link.value(i),
             nlink: self.nlink.value(i),
