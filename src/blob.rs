@@ -158,7 +158,7 @@ pub fn copy_to(store: &Store, row: &Row, out: &mut dyn Write) -> Result<()> {
         let bytes = read(store, row)?;
         return out
             .write_all(&bytes)
-            .map_err(|e| Error::io("write", "stdout", e));
+            .map_err(|e| Error::io("write", "output", e));
     }
     let name = hex::encode(row.digest.unwrap_or_default());
     let key = keys::blob(&name);
@@ -216,7 +216,7 @@ fn stream(store: &Store, row: &Row, key: &str, mut out: Option<&mut dyn Write>) 
         hasher.update(&chunk);
         if let Some(o) = out.as_mut() {
             o.write_all(&chunk)
-                .map_err(|e| Error::io("write", "stdout", e))?;
+                .map_err(|e| Error::io("write", "output", e))?;
         }
         off += n;
     }

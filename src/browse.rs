@@ -43,3 +43,14 @@ fn normalized_entry(view: &GenView, path: &[u8]) -> Result<(Vec<u8>, Row)> {
     })?;
     Ok((path, row))
 }
+
+/// Whether `path` is selected by `paths` (all when empty): one of them,
+/// below one, or an ancestor of one (restore and export write ancestors
+/// with their stored metadata).
+pub fn selected(paths: &[Vec<u8>], path: &[u8]) -> bool {
+    let under = |p: &[u8], q: &[u8]| p.is_empty() || q == p || q.starts_with(&[p, b"/"].concat());
+    paths.is_empty()
+        || paths
+            .iter()
+            .any(|p| under(p, path) || path.is_empty() || under(path, p))
+}

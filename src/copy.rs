@@ -117,6 +117,11 @@ impl Copier<'_> {
                     })
                 }
             };
+        // Up to the source's latest, read before its records: a commit in
+        // flight there (a PREPARED record past it) is left for the next copy.
+        let latest = GenIndex::new(self.source, set)
+            .latest()?
+            .map_or(0, |r| r.generation);
         let src = GenIndex::new(self.source, set).all()?;
         let tgt_index = GenIndex::new(self.target, set);
         let tgt = tgt_index.all()?;
@@ -127,14 +132,25 @@ impl Copier<'_> {
             ..SetCopy::default()
         };
         let last = match wanted.iter().max() {
+            Some(&g) if g > latest => {
+                return Err(Error::NotFound {
+                    what: "committed generation",
+                    name: format!("{set}@{g} on the source"),
+                })
+            }
             Some(&g) => g,
-            None => src.keys().next_back().copied().unwrap_or(0),
+            None => latest,
         };
         for g in present + 1..=last {
             let rec = src.get(&g).ok_or_else(|| Error::NotFound {
                 what: "generation",
                 name: format!("{set}@{g} on the source"),
             })?;
+            if rec.state == State::Prepared {
+                return Err(Error::Conflict(format!(
+                    "generation {g} of set `{set}` is being published on the source; copy again"
+                )));
+            }
             let content =
                 rec.state == State::Committed && (wanted.is_empty() || wanted.contains(&g));
             if wanted.contains(&g) && !content {

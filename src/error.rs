@@ -93,6 +93,14 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A restore stopped at one entry (its temporary file removed); every
+    /// file already under its own name is complete.
+    #[error("restore stopped at path=`{path}`")]
+    Restore {
+        path: String,
+        #[source]
+        source: Box<Error>,
+    },
     /// A request to a remote store failed (after the client's own retries).
     #[error("remote store request failed: op=`{op}` key=`{key}`")]
     Remote {
@@ -161,9 +169,9 @@ impl Error {
             | Error::Cancelled(_)
             | Error::WaitTimeout { .. } => ErrorKind::Conflict,
             Error::Internal { .. } => ErrorKind::Internal,
-            Error::RootUnreadable { source, .. } | Error::NotAdopted { source, .. } => {
-                source.kind()
-            }
+            Error::RootUnreadable { source, .. }
+            | Error::NotAdopted { source, .. }
+            | Error::Restore { source, .. } => source.kind(),
         }
     }
 

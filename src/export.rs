@@ -60,7 +60,7 @@ pub fn export(
             continue;
         };
         let path = row.path();
-        if !crate::restore::selected(paths, &path) {
+        if !crate::browse::selected(paths, &path) {
             continue;
         }
         tar.entry(store, &row)?;

@@ -168,16 +168,6 @@ fn remove_marker(dest: &Path) -> Result<()> {
     fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))
 }
 
-/// Whether `path` falls under the restore's paths: one of them, below one,
-/// or an ancestor of one (created with its stored metadata).
-pub(crate) fn selected(paths: &[Vec<u8>], path: &[u8]) -> bool {
-    let under = |p: &[u8], q: &[u8]| p.is_empty() || q == p || q.starts_with(&[p, b"/"].concat());
-    paths.is_empty()
-        || paths
-            .iter()
-            .any(|p| under(p, path) || path.is_empty() || under(path, p))
-}
-
 /// What file workers share: the store, whether owners are set, progress.
 struct Writer<'a> {
     store: &'a Store,
@@ -264,7 +254,7 @@ impl Run<'_> {
                 return Ok(());
             }
             let rel = row.path();
-            if !selected(&opts.paths, &rel) {
+            if !crate::browse::selected(&opts.paths, &rel) {
                 continue;
             }
             if let Some(key) = row.link_key() {
@@ -407,10 +397,13 @@ impl Writer<'_> {
             }
             fs::rename(&temp, path).map_err(|e| Error::io("rename", path, e))
         });
-        if written.is_err() {
+        if let Err(e) = written {
             let _ = fs::remove_file(&temp);
+            return Err(Error::Restore {
+                path: path.display().to_string(),
+                source: Box::new(e),
+            });
         }
-        written?;
         self.progress.bytes.fetch_add(row.size, Relaxed);
         Ok(true)
     }

@@ -20,12 +20,37 @@ fn cpath(path: &Path) -> io::Result<CString> {
 /// attributes reads as none.
 pub fn read(path: &Path) -> io::Result<Vec<Attr>> {
     let c = cpath(path)?;
-    let names = read_sized(|buf, len| {
+    read_with(
         // SAFETY: `c` is NUL-terminated; `buf` has room for `len` bytes
         // (null with zero length to ask the size).
-        unsafe { libc::listxattr(c.as_ptr(), buf, len) }
-    });
-    let names = match names {
+        |buf, len| unsafe { libc::listxattr(c.as_ptr(), buf, len) },
+        // SAFETY: as above; `name` is NUL-terminated.
+        |name, buf, len| unsafe { libc::getxattr(c.as_ptr(), name, buf.cast(), len) },
+    )
+}
+
+/// Every attribute of the open file `file` (no path is resolved: the
+/// commit's hash workers read each file's attributes through the
+/// descriptor they read its content from).
+pub fn read_fd(file: &std::fs::File) -> io::Result<Vec<Attr>> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    read_with(
+        // SAFETY: a live descriptor; `buf` has room for `len` bytes.
+        |buf, len| unsafe { libc::flistxattr(fd, buf, len) },
+        // SAFETY: as above; `name` is NUL-terminated.
+        |name, buf, len| unsafe { libc::fgetxattr(fd, name, buf.cast(), len) },
+    )
+}
+
+/// A size-then-fill syscall: called with a null buffer for the size.
+type SizedCall<'a> = &'a dyn Fn(*mut libc::c_char, usize) -> isize;
+
+fn read_with(
+    list: impl Fn(*mut libc::c_char, usize) -> isize,
+    get: impl Fn(*const libc::c_char, *mut libc::c_char, usize) -> isize,
+) -> io::Result<Vec<Attr>> {
+    let names = match read_sized(&list) {
         Ok(n) => n,
         Err(e) if unsupported(&e) => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -33,11 +58,7 @@ pub fn read(path: &Path) -> io::Result<Vec<Attr>> {
     let mut attrs = Vec::new();
     for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
         let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
-        let value = read_sized(|buf, len| {
-            // SAFETY: as above; `cname` is NUL-terminated.
-            unsafe { libc::getxattr(c.as_ptr(), cname.as_ptr(), buf.cast(), len) }
-        });
-        match value {
+        match read_sized(&|buf, len| get(cname.as_ptr(), buf, len)) {
             Ok(v) => attrs.push((name.to_vec(), v)),
             // Removed between list and get.
             Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
@@ -53,7 +74,7 @@ fn unsupported(e: &io::Error) -> bool {
 
 /// Call a size-then-fill xattr syscall until the buffer fits (a set may
 /// grow between the two calls).
-fn read_sized(call: impl Fn(*mut libc::c_char, usize) -> isize) -> io::Result<Vec<u8>> {
+fn read_sized(call: SizedCall<'_>) -> io::Result<Vec<u8>> {
     for _ in 0..8 {
         let size = call(std::ptr::null_mut(), 0);
         if size < 0 {

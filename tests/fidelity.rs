@@ -507,3 +507,38 @@ fn tar_extracts_the_export_as_the_committed_tree_but_its_socket() {
     let sparse = fs::metadata(dest.join("sparse")).unwrap();
     assert!(sparse.blocks() * 512 < 4 << 20, "holes came back as data");
 }
+
+#[test]
+fn a_restore_out_of_space_names_the_file_and_leaves_no_partial_file() {
+    let s = Scratch::new();
+    write(&s.src, "small", b"fits\n");
+    write(&s.src, "large", &noise(5, 6 << 20));
+    ok(&strata(
+        &s.st,
+        &["commit", "--set", "t", s.src.to_str().unwrap()],
+    ));
+    let disk = s.path().join("disk");
+    fs::create_dir(&disk).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let o = strata(&s.st, &["restore", "--set", "t", disk.to_str().unwrap()]);
+    let names = walk_names(&disk);
+    let _ = Command::new("umount").arg("-l").arg(&disk).status();
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(
+        err.contains("restore stopped at path=") && err.contains("/large`"),
+        "{err}"
+    );
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains(strata::restore::TEMP_PREFIX) && n != "large"),
+        "{names:?}"
+    );
+}

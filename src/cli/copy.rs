@@ -12,7 +12,9 @@ pub(crate) fn copy(source: &Store, args: &StoreArgs, a: CopyArgs) -> Result<i32>
     to.store = Some(a.to.clone());
     // The target's cache (for s3://) is its own, never the source's.
     to.cache_dir = None;
-    let (target, _) = Store::init(to.location()?.create()?)?;
+    let storage = to.location()?.create()?;
+    super::count_requests(&storage);
+    let (target, _) = Store::init(storage)?;
     let opts = CopyOptions {
         sets: a.set,
         generations: a.gen,

@@ -62,14 +62,30 @@ pub(crate) fn run() -> i32 {
     code
 }
 
-/// The storage opened by this command, kept when `STRATA_REQUEST_STATS` is
-/// set so its request counts can be printed at exit (for the benchmarks).
-static OPENED: std::sync::OnceLock<Arc<dyn strata::storage::Storage>> = std::sync::OnceLock::new();
+/// The stores opened by this command, kept when `STRATA_REQUEST_STATS` is
+/// set so their request counts can be printed at exit (for the benchmarks).
+static OPENED: std::sync::Mutex<Vec<Arc<dyn strata::storage::Storage>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Keep `storage` for [`print_request_counts`] when `STRATA_REQUEST_STATS` is set.
+pub(crate) fn count_requests(storage: &Arc<dyn strata::storage::Storage>) {
+    if std::env::var_os("STRATA_REQUEST_STATS").is_some() {
+        let mut opened = OPENED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        opened.push(storage.clone());
+    }
+}
 
 fn print_request_counts() {
-    if let Some(counts) = OPENED.get().and_then(|s| s.request_counts()) {
-        let line: Vec<String> = counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        eprintln!("strata: requests: {}", line.join(" "));
+    let opened = OPENED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for s in opened.iter() {
+        if let Some(counts) = s.request_counts() {
+            let line: Vec<String> = counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            eprintln!("strata: requests: {} ({})", line.join(" "), s.describe());
+        }
     }
 }
 
@@ -88,9 +104,7 @@ fn store_path(cli_store: &StoreArgs) -> Result<PathBuf> {
 
 fn open(cli_store: &StoreArgs) -> Result<Store> {
     let storage = cli_store.location()?.open()?;
-    if std::env::var_os("STRATA_REQUEST_STATS").is_some() {
-        let _ = OPENED.set(storage.clone());
-    }
+    count_requests(&storage);
     Ok(Store::open(storage)?.with_failpoints(failpoints()?))
 }
 

@@ -146,11 +146,6 @@ impl Beneath {
     }
 }
 
-/// The extended attributes of an open file.
-pub(crate) fn file_xattrs(file: &File) -> io::Result<Vec<crate::xattr::Attr>> {
-    crate::xattr::read(&fd_path(file, b""))
-}
-
 /// `/proc/self/fd/N[/name]`: resolves to the open directory itself, never
 /// to whatever now has its name.
 fn fd_path(dir: &File, name: &[u8]) -> PathBuf {

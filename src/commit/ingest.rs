@@ -233,7 +233,7 @@ fn read_file(
     let mut row = stat_row(walk.parent, walk.name, &before, Kind::File);
     row.first_gen = walk.first_gen;
     row.changed_gen = walk.changed_gen;
-    let attrs = super::beneath::file_xattrs(&file).ctx("read extended attributes", abs)?;
+    let attrs = crate::xattr::read_fd(&file).ctx("read extended attributes", abs)?;
     super::walk::with_xattrs(&mut row, attrs)?;
     let read = if row.size >= STANDALONE_MIN {
         chunked(&file, abs, &mut row, staging, prev, progress)?
