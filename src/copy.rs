@@ -185,7 +185,9 @@ impl Copier<'_> {
         })?;
         self.representation(&rep.manifest)?;
         let mut record = rec.clone();
-        record.representations = vec![rep.clone()];
+        let mut rep = rep.clone();
+        rep.state = State::Prepared;
+        record.representations = vec![rep];
         record.owner = self.owner.clone();
         record.written_ns = crate::token::now_ns();
         let prepared = index.prepare(record)?;

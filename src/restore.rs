@@ -28,7 +28,7 @@ use std::ffi::{CString, OsStr};
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -284,7 +284,9 @@ impl Run<'_> {
     fn dir(&mut self, row: Row) -> Result<()> {
         let path = self.abs(&row.path());
         match fs::symlink_metadata(&path) {
-            Ok(md) if md.is_dir() => {}
+            // Writable by its owner until its own metadata is set, last.
+            Ok(md) if md.is_dir() => fs::set_permissions(&path, fs::Permissions::from_mode(0o700))
+                .map_err(|e| Error::io("chmod", &path, e))?,
             Ok(_) => {
                 remove(&path)?;
                 mkdir(&path)?;

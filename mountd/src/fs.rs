@@ -1090,7 +1090,9 @@ impl Filesystem for StrataFs {
         let r = guarded("readdirplus", || {
             self.walk_dir(ino, offset, |off, item| {
                 if let Listed::Entry(gen, row, pos) = &item {
-                    if row.kind != Kind::Dir && !attrs {
+                    // A link group's names go with attributes: their inode
+                    // number is the group's, known once looked up.
+                    if row.kind != Kind::Dir && !attrs && row.link_key().is_none() {
                         let ino = self.entry_ino(&mut base, gen, *pos)?;
                         // Bare: the kernel links nothing and counts no
                         // lookup; only d_ino and d_type reach the reader

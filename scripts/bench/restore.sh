@@ -31,10 +31,15 @@ TREE="$WORK/tree"
 ST="$WORK/store"
 RESULTS="$WORK/restore-results.md"
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# The store's content-named object directories that exist.
+objdirs() { for d in manifests segments packs blobs chunks chunklists; do [ -d "$ST/$d" ] && echo "$ST/$d"; done; }
+count_objects() { find $(objdirs) -type f | wc -l; }
 secs() { local s; s=$(date +%s.%N); "$@" >"$WORK/out" 2>"$WORK/err"; echo "$(date +%s.%N) - $s" | bc; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { echo "scale=2; $1 / $2" | bc; }
 
+# The copy phase changes the tree: it is generated afresh each run.
+rm -f "$WORK/tree.done"
 if [ "$(cat "$WORK/tree.done" 2>/dev/null)" != mixed ]; then
     echo "generating the mixed tree..." >&2
     rm -rf "$TREE" && mkdir -p "$WORK"
@@ -81,8 +86,8 @@ for f in rng.sample(small, len(small) // 100):
 PY
     "$STRATA" --store "$ST" commit --set b "$TREE" >/dev/null
 done
-unique=$(du -sbc "$ST"/{manifests,segments,packs,blobs,chunks,chunklists} 2>/dev/null | tail -1 | cut -f1)
-objects=$(find "$ST"/{manifests,segments,packs,blobs,chunks,chunklists} -type f 2>/dev/null | wc -l)
+unique=$(du -sbc --apparent-size $(objdirs) | tail -1 | cut -f1)
+objects=$(count_objects)
 TO="s3://$STRATA_TEST_S3_BUCKET/bench-copy-$(date +%s)"
 S3=(--s3-endpoint "$STRATA_TEST_S3_ENDPOINT" --allow-http)
 copy() {
@@ -103,9 +108,9 @@ for f in rng.sample(small, len(small) // 100):
     with open(f, "r+b") as fh:
         fh.write(rng.randbytes(64))
 PY
-before=$(find "$ST"/{manifests,segments,packs,blobs,chunks,chunklists} -type f 2>/dev/null | wc -l)
+before=$(count_objects)
 "$STRATA" --store "$ST" commit --set b "$TREE" >/dev/null
-added=$(( $(find "$ST"/{manifests,segments,packs,blobs,chunks,chunklists} -type f 2>/dev/null | wc -l) - before ))
+added=$(( $(count_objects) - before ))
 inc_s=$(secs copy)
 inc=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["objects_sent"], d["bytes_sent"])' "$WORK/out")
 inc_requests=$(grep -o 'requests: .*' "$WORK/err" | tr ' ' '\n' | awk -F= '$1 ~ /^(get|get_range|head|put|list|delete)$/ {s += $2} END {print s + 0}')
