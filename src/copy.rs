@@ -141,6 +141,9 @@ impl Copier<'_> {
             Some(&g) => g,
             None => latest,
         };
+        if present > 0 && present < last {
+            self.known_from_target(&tgt_index, present)?;
+        }
         for g in present + 1..=last {
             let rec = src.get(&g).ok_or_else(|| Error::NotFound {
                 what: "generation",
@@ -194,6 +197,33 @@ impl Copier<'_> {
         index.commit(&prepared)?;
         // Readers probe forward past a stale hint.
         let _ = index.advance_hint(rec.generation);
+        Ok(())
+    }
+
+    /// Note as held every object that the target's committed generation `g`
+    /// names through its manifest (and its base's): a committed
+    /// generation's objects are all there, so an incremental copy probes
+    /// only what is new instead of every object of the next generation.
+    fn known_from_target(&mut self, index: &GenIndex, g: u64) -> Result<()> {
+        let Some(rec) = index.newest(g)?.filter(|r| r.state == State::Committed) else {
+            return Ok(());
+        };
+        let Some(rep) = rec.read_rep() else {
+            return Ok(());
+        };
+        let mut name = Some(rep.manifest.clone());
+        while let Some(n) = name.take() {
+            let key = keys::manifest(&n);
+            let m = Manifest::decode(&n, &self.target.storage().get(&key, IN_MEMORY)?)?;
+            let names = m.segments.iter().map(|s| keys::segment(&s.name));
+            let names = names
+                .chain(m.packs.iter().map(|p| keys::pack(&p.name)))
+                .chain(m.blobs.iter().map(|b| keys::blob(&b.name)))
+                .chain(m.chunklists.iter().map(|l| keys::chunk_list(&l.name)));
+            self.known.extend(names);
+            self.known.insert(key);
+            name = m.base.map(|b| b.manifest);
+        }
         Ok(())
     }
 

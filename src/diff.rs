@@ -33,7 +33,11 @@ fn entry(change: Change, row: &Row) -> DiffEntry {
     }
 }
 
-/// Paths that differ in content (kind, mode, size, digest, target).
+/// Paths that differ in content (kind, mode, size, digest, target, device
+/// number, extended attributes) or that joined or left a hard-link group.
+/// Which group a name is in is not compared: group keys are the source's
+/// inode numbers, so the same tree committed from another copy has other
+/// keys.
 pub fn diff(a: &GenView, b: &GenView) -> Result<Vec<DiffEntry>> {
     let mut out = Vec::new();
     let mut ia = a.rows()?.peekable();
@@ -56,7 +60,8 @@ pub fn diff(a: &GenView, b: &GenView) -> Result<Vec<DiffEntry>> {
             }
             std::cmp::Ordering::Equal => {
                 let (x, y) = (ia.next().expect("peeked")?, ib.next().expect("peeked")?);
-                if !x.same_content(&y) {
+                let relinked = (x.meta().link != 0) != (y.meta().link != 0);
+                if !x.same_content(&y) || relinked {
                     out.push(entry(Change::Changed, &y));
                 }
             }

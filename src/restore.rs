@@ -131,7 +131,7 @@ pub fn restore(
     run.summary.owners = writer.owners;
     run.rows(view, opts)?;
     run.link_followers()?;
-    remove_marker(dest)?;
+    remove_marker(dest, &marker)?;
     run.finish_dirs()?;
     run.summary.duration_ms = started.elapsed().as_millis() as u64;
     Ok(run.summary)
@@ -163,9 +163,18 @@ fn prepare_dest(dest: &Path, marker: &Marker, overwrite: bool) -> Result<bool> {
     Ok(resumed)
 }
 
-fn remove_marker(dest: &Path) -> Result<()> {
+/// Remove the marker, unless the generation's own file of that name took
+/// its place.
+fn remove_marker(dest: &Path, marker: &Marker) -> Result<()> {
     let p = dest.join(MARKER);
-    fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))
+    let ours = fs::read(&p)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Marker>(&b).ok())
+        .is_some_and(|m| &m == marker);
+    match ours {
+        true => fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e)),
+        false => Ok(()),
+    }
 }
 
 /// What file workers share: the store, whether owners are set, progress.
