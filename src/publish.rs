@@ -38,6 +38,9 @@ pub struct PublishInput<'a> {
     /// The observed scope, recorded in the manifest; partial when the walk
     /// skipped unreadable paths.
     pub coverage: Coverage,
+    /// Every row of the new generation carries observed metadata: the
+    /// parent's did, or this walk covered the whole tree and caught up.
+    pub metadata: bool,
     pub staging: &'a Path,
     pub budget: SortBudget,
     /// Leases the publication is made under; each is checked right before
@@ -414,6 +417,7 @@ fn head(input: &PublishInput<'_>, kind: RepKind, seal: Seal) -> RepHead {
         message: input.message.clone(),
         journal: Some(seal.digest),
         coverage: Some(input.coverage.clone()),
+        metadata: input.metadata,
     }
 }
 

@@ -121,6 +121,8 @@ pub struct RepHead {
     /// The observed scope of the generation's commit (a fold carries the
     /// generation's over from the representation it folds).
     pub coverage: Option<Coverage>,
+    /// Whether every row carries observed metadata (`Manifest::metadata`).
+    pub metadata: bool,
 }
 
 impl StagedRep {
@@ -179,6 +181,7 @@ impl StagedRep {
             message: head.message,
             journal: head.journal,
             coverage: head.coverage,
+            metadata: head.metadata,
         })
     }
 }

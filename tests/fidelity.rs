@@ -542,3 +542,101 @@ fn a_restore_out_of_space_names_the_file_and_leaves_no_partial_file() {
         "{names:?}"
     );
 }
+
+/// Make generation `gen` of `set` look committed before rows carried
+/// metadata: its rows without it, its identity recomputed from them, its
+/// manifest without the flag (as a version 3 manifest reads).
+fn strip_metadata(st: &Path, set: &str, gen: u64) {
+    use strata::format::segment::{Segment, SegmentWriter};
+    let (_, m) = read_manifest(st, set, gen);
+    let staging = st.join("strip");
+    fs::create_dir_all(&staging).unwrap();
+    let mut writer = SegmentWriter::new(&staging).unwrap();
+    let mut hasher = strata::identity::IdentityHasher::new();
+    for seg in &m.segments {
+        let key = strata::store::keys::segment(&seg.name);
+        let segment = Segment::parse(&seg.name, fs::read(st.join(key)).unwrap()).unwrap();
+        for g in 0..segment.group_count() {
+            for mut row in segment.read_group(g).unwrap() {
+                row.meta = None;
+                hasher.push(&row);
+                writer.push(row).unwrap();
+            }
+        }
+    }
+    let identity = hasher.finish();
+    let mut refs = Vec::new();
+    for f in writer.finish().unwrap() {
+        let key = st.join(strata::store::keys::segment(&f.name));
+        fs::create_dir_all(key.parent().unwrap()).unwrap();
+        fs::copy(&f.path, &key).unwrap();
+        refs.push(strata::format::manifest::SegmentRef {
+            name: f.name.clone(),
+            size: f.size,
+            rows: f.rows,
+            first: [hex::encode(&f.first.0), hex::encode(&f.first.1)],
+            last: [hex::encode(&f.last.0), hex::encode(&f.last.1)],
+        });
+    }
+    let old_identity = m.identity.clone();
+    rewrite_manifest(st, set, gen, |m| {
+        m.segments = refs;
+        m.identity = identity.clone();
+        m.metadata = false;
+    });
+    for v in 1.. {
+        let path = st.join(strata::store::keys::index_record(set, gen, v));
+        let Ok(text) = fs::read_to_string(&path) else {
+            break;
+        };
+        fs::write(&path, text.replace(&old_identity, &identity)).unwrap();
+    }
+    fs::remove_dir_all(staging).unwrap();
+}
+
+#[test]
+fn a_commit_over_a_generation_without_metadata_records_it_for_unchanged_entries() {
+    let s = Scratch::new();
+    write(&s.src, "tagged", b"attributes\n");
+    run(
+        "setfattr",
+        &[
+            os("-n"),
+            os("user.k"),
+            os("-v"),
+            os("v"),
+            s.src.join("tagged").as_os_str(),
+        ],
+    );
+    write(&s.src, "d/first", b"linked\n");
+    fs::hard_link(s.src.join("d/first"), s.src.join("d/second")).unwrap();
+    run(
+        "setfattr",
+        &[
+            os("-n"),
+            os("user.dir"),
+            os("-v"),
+            os("1"),
+            s.src.join("d").as_os_str(),
+        ],
+    );
+    settle();
+    let with = commit_dir(&s.store, "t", &s.src);
+    strip_metadata(&s.st, "t", 1);
+    let (_, stripped) = read_manifest(&s.st, "t", 1);
+    assert_ne!(Some(&stripped.identity), with.identity.as_ref());
+    // Nothing changed on disk: the walk reads only the metadata, not content.
+    let caught = commit_dir(&s.store, "t", &s.src);
+    assert_eq!(caught.generation, Some(2));
+    assert_eq!(caught.hashed_files, 0);
+    assert_eq!(caught.identity, with.identity, "the metadata is back");
+    assert!(read_manifest(&s.st, "t", 2).1.metadata);
+    let dest = s.path().join("restored");
+    ok(&strata(
+        &s.st,
+        &["restore", "--set", "t", dest.to_str().unwrap()],
+    ));
+    rsync_finds_nothing(&s.src, &dest);
+    // Caught up: the next commit of the unchanged tree publishes nothing.
+    assert_eq!(commit_dir(&s.store, "t", &s.src).generation, None);
+}

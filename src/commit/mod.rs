@@ -17,7 +17,7 @@ use crate::compose::GenView;
 use crate::error::{Error, Result};
 use crate::failpoint::Step;
 use crate::format::journal::{JournalHeader, JournalWriter, SCOPE_IN_HEADER};
-use crate::format::manifest::Coverage;
+use crate::format::manifest::{Coverage, ScopeKind};
 use crate::index::GenIndex;
 use crate::publish::{publish, ChangeStats, PublishInput, Published};
 use crate::row::normalize;
@@ -402,6 +402,10 @@ fn observe_and_publish(
         summary.changes.unchanged = summary.walked;
         return Ok(());
     }
+    let coverage = coverage(opts, summary.skipped_unreadable.len() as u64);
+    // A whole-tree walk over a parent without metadata caught it up.
+    let metadata = parent.is_none_or(|p| p.top().manifest.metadata)
+        || (coverage.scope == ScopeKind::Whole && coverage.complete);
     let input = PublishInput {
         store,
         set: &opts.set,
@@ -410,7 +414,8 @@ fn observe_and_publish(
         force_base: opts.force_base,
         message: opts.message.clone(),
         owner: attempt.token,
-        coverage: coverage(opts, summary.skipped_unreadable.len() as u64),
+        coverage,
+        metadata,
         staging: &staging.dir,
         budget: opts.budget,
         leases: &[attempt.writer, staging.owner()],

@@ -185,6 +185,9 @@ pub(crate) struct Walker<'a> {
     seeds: Vec<Vec<u8>>,
     /// A dead attempt's journal rows, reused for files whose stat matches.
     pub hints: Option<&'a super::resume::Hints>,
+    /// The parent was committed before rows carried metadata: entries its
+    /// stat finds unchanged have their metadata read and compared too.
+    catch_up: bool,
 }
 
 pub(crate) fn stat_row(parent: Vec<u8>, name: Vec<u8>, md: &Metadata, kind: Kind) -> Row {
@@ -237,6 +240,7 @@ impl<'a> Walker<'a> {
             stats: WalkStats::default(),
             seeds: Vec::new(),
             hints: None,
+            catch_up: parent.is_some_and(|p| !p.top().manifest.metadata),
         }
     }
 
@@ -429,6 +433,12 @@ impl<'a> Walker<'a> {
     fn observe_file(&mut self, mut row: Row, prev: Option<Row>) -> Result<()> {
         if let Some(p) = &prev {
             if stat_proves_unchanged(p, &row, self.racy_from_ns) {
+                if !self.meta_caught_up(&mut row, p) {
+                    // Same content; the metadata the parent never recorded.
+                    row.digest = p.digest;
+                    row.blob = p.blob;
+                    return (self.emit)(Event::Row(row));
+                }
                 self.stats.unchanged_files += 1;
                 return Ok(());
             }
@@ -475,10 +485,7 @@ impl<'a> Walker<'a> {
         let same = prev.as_ref().is_some_and(|p| {
             p.kind == Kind::Symlink && p.target == row.target && same_meta(p, &row)
         });
-        if !same {
-            self.emit_with_xattrs(row)?;
-        }
-        Ok(())
+        self.emit_if_changed(row, prev.as_ref().filter(|_| same))
     }
 
     /// A directory, FIFO, socket or device node: a row when its metadata
@@ -490,10 +497,41 @@ impl<'a> Walker<'a> {
         if row.kind.is_special() {
             self.stats.special += 1;
         }
-        if !same {
-            self.emit_with_xattrs(row)?;
+        self.emit_if_changed(row, prev.as_ref().filter(|_| same))
+    }
+
+    /// Emit `row` (with its attributes) unless `same`, the parent's row,
+    /// already holds it, metadata included.
+    fn emit_if_changed(&mut self, mut row: Row, same: Option<&Row>) -> Result<()> {
+        match same {
+            None => self.emit_with_xattrs(row),
+            Some(p) if !self.meta_caught_up(&mut row, p) => (self.emit)(Event::Row(row)),
+            Some(_) => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Whether parent row `prev` holds `row`'s metadata. Only a catch-up
+    /// walk asks (reading `row`'s attributes into it); otherwise a stat
+    /// that proves the entry unchanged proves its metadata unchanged too.
+    /// Attributes that cannot be read are a problem, and the parent's row
+    /// stands.
+    fn meta_caught_up(&mut self, row: &mut Row, prev: &Row) -> bool {
+        if !self.catch_up {
+            return true;
+        }
+        let path = row.path();
+        let read = self
+            .beneath
+            .xattrs(&path)
+            .map_err(|e| Error::io("read extended attributes", self.abs(&path), e))
+            .and_then(|attrs| with_xattrs(row, attrs));
+        match read {
+            Ok(()) => row.meta() == prev.meta(),
+            Err(e) => {
+                self.problem(&path, "refused", &e);
+                true
+            }
+        }
     }
 
     /// Emit `row` with its extended attributes; an entry whose attributes

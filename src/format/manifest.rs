@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// 1: initial layout. 2: `chunklists` (a version 1 manifest has none).
 /// 3: `coverage` (a version 1 or 2 manifest has none: unknown).
-pub const MANIFEST_VERSION: u32 = 3;
+pub const MANIFEST_VERSION: u32 = 4;
 pub const MANIFEST_TAG: &str = "strata-manifest";
 /// Largest manifest a reader accepts.
 pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
@@ -221,6 +221,12 @@ pub struct Manifest {
     /// (version 3; `None`: unknown, a manifest written before it).
     #[serde(default)]
     pub coverage: Option<Coverage>,
+    /// Every live row of the generation was observed by a walk that records
+    /// metadata (link groups, device numbers, extended attributes). False
+    /// for manifests before version 4: the next whole-tree commit then
+    /// reads the metadata of entries its stat finds unchanged too.
+    #[serde(default)]
+    pub metadata: bool,
 }
 
 /// True for a 64-character lowercase hex digest (every stored object name).

@@ -100,5 +100,6 @@ fn base_head(view: &GenView) -> RepHead {
         message: top.message.clone(),
         journal: None,
         coverage: top.coverage.clone(),
+        metadata: top.metadata,
     }
 }
