@@ -328,7 +328,8 @@ impl Run<'_> {
             Kind::CharDev => (libc::S_IFCHR, row.meta().rdev),
             _ => (libc::S_IFBLK, row.meta().rdev),
         };
-        if dev != 0 && !self.writer.owners {
+        let device = matches!(row.kind, Kind::CharDev | Kind::BlockDev);
+        if device && !self.writer.owners {
             self.summary.devices_skipped.push(crate::row::show(&rel));
             return Ok(());
         }
