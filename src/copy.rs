@@ -23,6 +23,7 @@
 
 use crate::compose::GenView;
 use crate::error::{Error, Result};
+use crate::failpoint::Step;
 use crate::format::chunk::{ChunkList, Extent};
 use crate::format::manifest::Manifest;
 use crate::format::record::{IndexRecord, State};
@@ -187,6 +188,7 @@ impl Copier<'_> {
             )
         })?;
         self.representation(&rep.manifest)?;
+        self.source.failpoints().hit(Step::CopySent)?;
         let mut record = rec.clone();
         let mut rep = rep.clone();
         rep.state = State::Prepared;

@@ -57,6 +57,9 @@ pub enum Step {
     /// Restore: half of the generation's files are written (a test stops
     /// or kills the restore here, midway).
     RestoreHalfway,
+    /// Copy: a generation's objects are on the target, its index records
+    /// not yet written.
+    CopySent,
 }
 
 impl Step {
@@ -115,6 +118,7 @@ impl Step {
             Step::BatchDeleted => "batch-deleted",
             Step::Swept => "swept",
             Step::RestoreHalfway => "restore-halfway",
+            Step::CopySent => "copy-sent",
         }
     }
 
@@ -123,7 +127,7 @@ impl Step {
             .into_iter()
             .chain(Step::MATERIALIZE)
             .chain(Step::SWEEP)
-            .chain([Step::RestoreHalfway])
+            .chain([Step::RestoreHalfway, Step::CopySent])
             .find(|st| st.name() == s)
     }
 }

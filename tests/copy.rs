@@ -205,3 +205,35 @@ fn copies_racing_commits_on_either_side_lose_nothing() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("diverged"));
 }
+
+#[test]
+fn a_copy_killed_before_publishing_leaves_nothing_visible_and_a_rerun_sends_no_object_twice() {
+    let s = Scratch::new();
+    write(&s.src, "a", b"one\n");
+    write(&s.src, "big", &noise(3, 2 << 20));
+    ok(&strata(
+        &s.st,
+        &["commit", "--set", "t", s.src.to_str().unwrap()],
+    ));
+    let target = s.path().join("target");
+    let to = target.to_str().unwrap();
+    let killed = strata_failing(&s.st, &["copy", "--to", to], "copy-sent=kill");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&killed.status),
+        Some(libc::SIGKILL)
+    );
+    let sent = objects(&target);
+    assert_eq!(sent, objects(&s.st), "every object went over");
+    let log = ["log", "--set", "t", "--json"];
+    assert!(
+        !strata(&target, &log).status.success() || identities(&strata(&target, &log)).is_empty()
+    );
+    ok(&strata(&target, &["verify", "--all"]));
+    let rerun = json(&ok(&strata(&s.st, &["copy", "--to", to, "--json"])));
+    assert_eq!(rerun["objects_sent"], 0, "{rerun}");
+    assert_eq!(rerun["sets"][0]["copied"], serde_json::json!([1]));
+    assert_eq!(
+        identities(&strata(&target, &log)),
+        identities(&strata(&s.st, &log))
+    );
+}
