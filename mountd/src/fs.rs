@@ -160,6 +160,9 @@ pub(crate) struct Stats {
     /// READDIR and READDIRPLUS requests answered (listings the kernel did
     /// not serve from its cache).
     pub(crate) dir_reads: AtomicU64,
+    /// FUSE requests handled (the refresher sheds caches when it stops
+    /// moving).
+    pub(crate) requests: AtomicU64,
 }
 
 pub(crate) struct StrataFs {
@@ -343,6 +346,12 @@ impl StrataFs {
             uid,
             gid,
         }
+    }
+
+    /// [`guarded`], counting the request.
+    fn guarded<T>(&self, what: &str, f: impl FnOnce() -> Reply<T>) -> Reply<T> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        guarded(what, f)
     }
 
     fn inodes(&self) -> std::sync::MutexGuard<'_, Inodes> {
@@ -883,7 +892,7 @@ impl Filesystem for StrataFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match guarded("lookup", || self.do_lookup(parent, name)) {
+        match self.guarded("lookup", || self.do_lookup(parent, name)) {
             Ok((attr, ttl)) => {
                 self.stats.lookups.fetch_add(1, Ordering::Relaxed);
                 let mut bare = Vec::new();
@@ -906,7 +915,7 @@ impl Filesystem for StrataFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match guarded("getattr", || {
+        match self.guarded("getattr", || {
             self.node(ino).and_then(|n| self.attr(ino.0, &n))
         }) {
             Ok((attr, ttl)) => reply.attr(&ttl, &attr),
@@ -915,7 +924,7 @@ impl Filesystem for StrataFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let value = guarded("getxattr", || {
+        let value = self.guarded("getxattr", || {
             let (xattrs, what) = self.xattrs_of(ino)?;
             strata::format::xattrs::get(&xattrs, name.as_bytes(), &what)
                 .map_err(|e| xattr_errno(&e))?
@@ -925,7 +934,7 @@ impl Filesystem for StrataFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let names = guarded("listxattr", || {
+        let names = self.guarded("listxattr", || {
             let (xattrs, what) = self.xattrs_of(ino)?;
             strata::format::xattrs::list(&xattrs, &what).map_err(|e| xattr_errno(&e))
         });
@@ -933,7 +942,7 @@ impl Filesystem for StrataFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let r = guarded("readlink", || {
+        let r = self.guarded("readlink", || {
             let node = self.node(ino)?;
             self.tree.readlink(&node).map_err(tree_errno)
         });
@@ -949,7 +958,7 @@ impl Filesystem for StrataFs {
         if self.opens == OpenMode::None {
             return reply.error(Errno::ENOSYS);
         }
-        match guarded("open", || self.do_open(ino, flags)) {
+        match self.guarded("open", || self.do_open(ino, flags)) {
             Ok(Opened::Passthrough(file, digest)) => match self.backing(&reply, &file, digest) {
                 Ok(id) => {
                     let shared = id.clone();
@@ -976,7 +985,7 @@ impl Filesystem for StrataFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match guarded("lseek", || self.do_lseek(ino, fh, offset, whence)) {
+        match self.guarded("lseek", || self.do_lseek(ino, fh, offset, whence)) {
             Ok(at) => reply.offset(at),
             Err(e) => reply.error(e),
         }
@@ -993,7 +1002,7 @@ impl Filesystem for StrataFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match guarded("read", || self.do_read(ino, fh, offset, size)) {
+        match self.guarded("read", || self.do_read(ino, fh, offset, size)) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(e),
         }
@@ -1022,7 +1031,7 @@ impl Filesystem for StrataFs {
     /// (synthetic_listing.rs); a listing kept bare is dropped when a caller
     /// that stats comes (stat_habits.rs).
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let again = guarded("opendir", || {
+        let again = self.guarded("opendir", || {
             let generation_dir = is_entry(ino.0)
                 || matches!(
                     self.inodes().get(ino.0),
@@ -1050,7 +1059,7 @@ impl Filesystem for StrataFs {
     ) {
         self.stats.dir_reads.fetch_add(1, Ordering::Relaxed);
         let mut base = None;
-        let r = guarded("readdir", || {
+        let r = self.guarded("readdir", || {
             self.walk_dir(ino, offset, |off, item| {
                 let (child, kind) = match &item {
                     // The kernel resolves `..` itself; both dots carry this
@@ -1087,7 +1096,7 @@ impl Filesystem for StrataFs {
         let mut added = 0usize;
         let mut bare = 0u64;
         let mut base = None;
-        let r = guarded("readdirplus", || {
+        let r = self.guarded("readdirplus", || {
             self.walk_dir(ino, offset, |off, item| {
                 if let Listed::Entry(gen, row, pos) = &item {
                     // A link group's names go with attributes: their inode

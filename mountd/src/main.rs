@@ -28,6 +28,7 @@ use error::DaemonError;
 use fuser::{Config, INodeNo, MountOption, Notifier, Session};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 use strata::format::record::State;
@@ -98,6 +99,10 @@ struct Args {
     /// Grace of scheduled sweeps, seconds
     #[arg(long, default_value_t = strata::sweep::DEFAULT_GRACE.as_secs())]
     sweep_grace_s: u64,
+    /// Give back the memory of caches after this many milliseconds without
+    /// a FUSE request
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_shed_ms: u64,
     mountpoint: PathBuf,
 }
 
@@ -223,7 +228,7 @@ fn run(args: Args) -> Result<(), DaemonError> {
     ));
     let ctx = control::Context::new(
         gens.clone(),
-        stats,
+        stats.clone(),
         args.set.clone(),
         mountpoint.clone(),
         materializer.clone(),
@@ -257,6 +262,7 @@ fn run(args: Args) -> Result<(), DaemonError> {
     spawn_signal_waiter(mountpoint.clone(), materializer.clone());
     let (stop, refresher) = spawn_refresher(
         gens.clone(),
+        Idle::new(stats.clone(), Duration::from_millis(args.idle_shed_ms)),
         args.set,
         session.notifier(),
         materializer.clone(),
@@ -422,6 +428,48 @@ fn follow_held(gens: &gen::Gens, notifier: &Notifier) {
 
 /// Re-read and pin each set's latest generation every `every`
 /// until the returned sender is dropped; join the handle to release it.
+/// After `after` without a FUSE request (`--idle-shed-ms`, 30 s) the
+/// daemon gives back the memory of its caches: the served views' segments
+/// and row groups, then whatever the allocator holds free (`malloc_trim`).
+/// Readers load what they need again.
+struct Idle {
+    stats: Arc<fs::Stats>,
+    after: Duration,
+    seen: u64,
+    since: std::time::Instant,
+    shed: bool,
+}
+
+impl Idle {
+    fn new(stats: Arc<fs::Stats>, after: Duration) -> Idle {
+        Idle {
+            stats,
+            after,
+            seen: 0,
+            since: std::time::Instant::now(),
+            shed: false,
+        }
+    }
+
+    /// Shed once per stretch of `after` in which the request count stood
+    /// still.
+    fn shed_when_idle(&mut self, gens: &gen::Gens) {
+        let requests = self.stats.requests.load(Ordering::Relaxed);
+        if requests != self.seen {
+            (self.seen, self.since, self.shed) = (requests, std::time::Instant::now(), false);
+            return;
+        }
+        if self.shed || self.since.elapsed() < self.after {
+            return;
+        }
+        gens.shed();
+        // SAFETY: malloc_trim only returns free memory to the system.
+        unsafe { libc::malloc_trim(0) };
+        self.shed = true;
+        info!("idle for {} ms: caches shed", self.after.as_millis());
+    }
+}
+
 /// When a set's latest moves, the kernel's cached `latest` symlink is
 /// invalidated (symlink targets are cached, so reads through `latest` do not
 /// pay a readlink round trip per path resolution). Each latest generation is
@@ -429,6 +477,7 @@ fn follow_held(gens: &gen::Gens, notifier: &Notifier) {
 /// at start and every `scan_every`.
 fn spawn_refresher(
     gens: Arc<gen::Gens>,
+    mut idle: Idle,
     only: Vec<String>,
     notifier: Notifier,
     materializer: Arc<worker::Materializer>,
@@ -465,6 +514,7 @@ fn spawn_refresher(
                 }
             }
             gen::keep_pins(&gens);
+            idle.shed_when_idle(&gens);
             cycle += 1;
             if cycle % HELD_CHECK_EVERY == 0 {
                 follow_held(&gens, &notifier);

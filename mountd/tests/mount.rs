@@ -2164,3 +2164,28 @@ fn a_control_socket_wait_on_a_foreign_task_ends_within_its_bound() {
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let _ = foreign.wait();
 }
+
+/// After `--idle-shed-ms` without a request the daemon drops its cached
+/// segments and row groups and trims the allocator; what it serves next is
+/// loaded again and is the same.
+#[test]
+fn an_idle_mount_sheds_its_caches_and_serves_the_same_tree_after() {
+    let s = Scratch::new();
+    for i in 0..60 {
+        write(
+            &s.src,
+            &format!("d{}/f{i}", i % 6),
+            format!("file {i}\n").as_bytes(),
+        );
+    }
+    s.commit("s");
+    let mut m = s.mount_with(&["--idle-shed-ms", "200"]);
+    let latest = PathBuf::from(format!("{}/", s.mnt.join("s/latest").display()));
+    diff_r(&s.src, &latest);
+    std::thread::sleep(Duration::from_millis(1500));
+    // Names the kernel has not seen: every lookup reaches the daemon.
+    diff_r(&s.src, &s.mnt.join("s/gens/1"));
+    m.signal(libc::SIGTERM);
+    let (_, log) = m.wait();
+    assert!(log.contains("caches shed"), "{log}");
+}

@@ -73,6 +73,9 @@ impl<K: PartialEq, V: Clone> Lru<K, V> {
         self.items.push_front((k, v));
         self.items.truncate(self.cap);
     }
+    pub(super) fn clear(&mut self) {
+        self.items.clear();
+    }
     /// Drop the item at `k` if `which` says it is the one meant.
     pub(super) fn remove_if(&mut self, k: &K, which: impl Fn(&V) -> bool) {
         self.items.retain(|(key, v)| key != k || !which(v));

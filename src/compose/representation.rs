@@ -8,7 +8,7 @@ use crate::format::segment::{Segment, MAX_SEGMENT_BYTES};
 use crate::row::{key_cmp, Kind, Row};
 use crate::store::{keys, Store};
 use std::cmp::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Segments kept parsed in memory per representation.
 const SEGMENT_CACHE: usize = 8;
@@ -104,6 +104,19 @@ impl Representation {
 
     pub fn kind(&self) -> RepKind {
         self.manifest.representation
+    }
+
+    /// Drop the cached segments and decoded row groups (an idle mount gives
+    /// their memory back; readers load them again as needed).
+    pub fn shed(&self) {
+        self.segments
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        self.groups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     fn segment(&self, i: usize) -> Result<Arc<Segment>> {

@@ -90,6 +90,14 @@ impl GenView {
         self.pin.record.generation
     }
 
+    /// Drop the cached segments and row groups of base and delta.
+    pub fn shed(&self) {
+        self.base.shed();
+        if let Some(d) = &self.delta {
+            d.shed();
+        }
+    }
+
     /// The manifest of the representation this view reads (delta if any).
     pub fn top(&self) -> &Representation {
         self.delta.as_ref().unwrap_or(&self.base)

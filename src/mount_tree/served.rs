@@ -200,6 +200,17 @@ impl Gens {
             .collect()
     }
 
+    /// Drop the cached segments and row groups of every served generation.
+    pub fn shed(&self) {
+        let held: Vec<Arc<Gen>> = {
+            let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+            open.values().filter_map(Weak::upgrade).collect()
+        };
+        for g in held {
+            g.view.shed();
+        }
+    }
+
     /// Number of generations currently pinned.
     pub fn pinned(&self) -> usize {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
