@@ -772,6 +772,12 @@ fn control_socket_answers_status_and_survives_bad_clients() {
     sc.commit("s");
     let _m = sc.mount();
     let sock = control_socket(&sc.st);
+    // The refresher pins latest just after the mount is ready; on a busy
+    // machine the first status may come before it.
+    wait_for("latest pinned", || {
+        let r = exchange(&sock, b"{\"version\":1,\"command\":\"status\"}\n");
+        r[0]["result"]["pinned_generations"].as_u64().unwrap_or(0) >= 1
+    });
     let mode = fs::metadata(&sock).unwrap().permissions();
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
