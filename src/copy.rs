@@ -178,19 +178,14 @@ impl Copier<'_> {
 
     /// Send one committed generation's objects, then publish it.
     fn generation(&mut self, set: &str, rec: &IndexRecord, index: &GenIndex) -> Result<()> {
-        // The pin keeps the source's sweep away while its objects are read.
-        let _view = GenView::open(self.source, set, Some(rec.generation), "copy")?;
-        let rep = rec.read_rep().ok_or_else(|| {
-            Error::corrupt(
-                "index record",
-                format!("{set}@{}", rec.generation),
-                "no readable representation",
-            )
-        })?;
+        // The pin keeps the source's sweep away while its objects are read;
+        // what is copied is the representation it pinned (a fold may have
+        // replaced the one `rec` names meanwhile).
+        let view = GenView::open(self.source, set, Some(rec.generation), "copy")?;
+        let mut rep = view.pin.rep.clone();
         self.representation(&rep.manifest)?;
         self.source.failpoints().hit(Step::CopySent)?;
         let mut record = rec.clone();
-        let mut rep = rep.clone();
         rep.state = State::Prepared;
         record.representations = vec![rep];
         record.owner = self.owner.clone();
