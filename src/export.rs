@@ -107,6 +107,10 @@ impl Tar<'_> {
         } else {
             path.clone()
         };
+        if row.kind == Kind::Socket {
+            self.summary.sockets_skipped.push(crate::row::show(&path));
+            return Ok(());
+        }
         if let Some(key) = row.link_key() {
             if let Some(first) = self.leaders.get(&key).cloned() {
                 return self.header(
@@ -131,11 +135,7 @@ impl Tar<'_> {
             Kind::Fifo => (b'6', Vec::new()),
             Kind::CharDev => (b'3', Vec::new()),
             Kind::BlockDev => (b'4', Vec::new()),
-            Kind::Socket => {
-                self.summary.sockets_skipped.push(crate::row::show(&path));
-                return Ok(());
-            }
-            Kind::File | Kind::Tombstone => (b'0', Vec::new()),
+            Kind::File | Kind::Socket | Kind::Tombstone => (b'0', Vec::new()),
         };
         if row.kind != Kind::File {
             return self.header(

@@ -640,3 +640,39 @@ fn a_commit_over_a_generation_without_metadata_records_it_for_unchanged_entries(
     // Caught up: the next commit of the unchanged tree publishes nothing.
     assert_eq!(commit_dir(&s.store, "t", &s.src).generation, None);
 }
+
+#[test]
+fn an_exported_hard_linked_socket_is_skipped_under_every_name() {
+    let s = Scratch::new();
+    write(&s.src, "f", b"file\n");
+    drop(std::os::unix::net::UnixListener::bind(s.src.join("sock")).unwrap());
+    fs::hard_link(s.src.join("sock"), s.src.join("sock2")).unwrap();
+    ok(&strata(
+        &s.st,
+        &["commit", "--set", "t", s.src.to_str().unwrap()],
+    ));
+    let tarball = s.path().join("t.tar");
+    let o = Command::new(bin())
+        .args(["--store", s.st.to_str().unwrap(), "export", "--set", "t"])
+        .stdout(fs::File::create(&tarball).unwrap())
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("sock:") && err.contains("sock2:"), "{err}");
+    let dest = s.path().join("x");
+    fs::create_dir(&dest).unwrap();
+    let tar = Command::new("tar")
+        .arg("-xf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert!(
+        tar.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tar.stderr)
+    );
+    assert_eq!(walk_names(&dest), ["f"]);
+}
