@@ -72,9 +72,9 @@ cold; ex=$(secs bash -c "'$STRATA' --store '$ST' export --set b | cat >/dev/null
 cold; tc=$(secs bash -c "tar -C '$TREE' -cf - . | cat >/dev/null")
 tree_bytes=$(du -sb --apparent-size "$TREE" | cut -f1)
 
-echo "20 generations..." >&2
-for g in $(seq 2 20); do
-    python3 - "$TREE" "$g" <<'PY'
+# rewrite_1pct SEED: rewrite 64 bytes of 1% of the tree's small files.
+rewrite_1pct() {
+    python3 - "$TREE" "$1" <<'PY'
 import os, random, sys
 root, g = sys.argv[1], int(sys.argv[2])
 files = sorted(os.path.join(d, n) for d, _, ns in os.walk(root) for n in ns)
@@ -84,6 +84,10 @@ for f in rng.sample(small, len(small) // 100):
     with open(f, "r+b") as fh:
         fh.write(rng.randbytes(64))
 PY
+}
+echo "20 generations..." >&2
+for g in $(seq 2 20); do
+    rewrite_1pct "$g"
     "$STRATA" --store "$ST" commit --set b "$TREE" >/dev/null
 done
 unique=$(du -sbc --apparent-size $(objdirs) | tail -1 | cut -f1)
@@ -98,16 +102,7 @@ copy_s=$(secs copy)
 sent=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["objects_sent"], d["bytes_sent"])' "$WORK/out")
 requests=$(grep -o 'requests: .*' "$WORK/err" | tr ' ' '\n' | awk -F= '$1 ~ /^(get|get_range|head|put|list|delete)$/ {s += $2} END {print s + 0}')
 read -r sent_objects sent_bytes <<<"$sent"
-python3 - "$TREE" 21 <<'PY'
-import os, random, sys
-root, g = sys.argv[1], int(sys.argv[2])
-files = sorted(os.path.join(d, n) for d, _, ns in os.walk(root) for n in ns)
-rng = random.Random(g)
-small = [f for f in files if os.path.getsize(f) < (1 << 20)]
-for f in rng.sample(small, len(small) // 100):
-    with open(f, "r+b") as fh:
-        fh.write(rng.randbytes(64))
-PY
+rewrite_1pct 21
 before=$(count_objects)
 "$STRATA" --store "$ST" commit --set b "$TREE" >/dev/null
 added=$(( $(count_objects) - before ))
