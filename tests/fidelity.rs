@@ -408,6 +408,37 @@ fn the_mount_serves_link_groups_attributes_and_special_files() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("No such attribute"));
+    // A missing SELinux label says labels are not supported, so `ls -l`
+    // stops asking for one per file; its listing still marks ACLs.
+    let o = Command::new("getfattr")
+        .args(["-n", "security.selinux"])
+        .arg(root.join("tagged"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("Operation not supported"), "{err}");
+    let listed = Command::new("ls")
+        .arg("-l")
+        .arg(root.join(""))
+        .output()
+        .unwrap();
+    let native = Command::new("ls").arg("-l").arg(&s.src).output().unwrap();
+    let marks = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| {
+                Some((
+                    l.split_whitespace().next_back()?.to_string(),
+                    l.get(..11)?.to_string(),
+                ))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        marks(&listed),
+        marks(&native),
+        "mode strings with ACL marks"
+    );
 }
 
 #[test]

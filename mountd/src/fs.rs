@@ -434,10 +434,12 @@ impl StrataFs {
     }
 
     /// The encoded extended attributes of inode `ino` and a name for
-    /// errors. Synthetic nodes and generation roots have none.
+    /// errors. Synthetic nodes and generation roots have none. `ls -l`
+    /// asks for two attributes of every file it lists, so an entry without
+    /// any is answered without building its name.
     fn xattrs_of(&self, ino: INodeNo) -> Reply<(Vec<u8>, String)> {
         match self.node(ino)? {
-            Node::Entry { gen, row, .. } => {
+            Node::Entry { gen, row, .. } if !row.meta().xattrs.is_empty() => {
                 let what = describe(&gen, &row.path());
                 Ok((row.meta.map(|m| m.xattrs).unwrap_or_default(), what))
             }
@@ -845,6 +847,19 @@ fn reply_xattr(data: Reply<Vec<u8>>, size: u32, reply: ReplyXattr) {
 }
 
 /// A stored attribute set that fails to decode is corrupt: EIO, logged.
+/// The answer for attribute `name` an entry does not have: ENODATA, but
+/// ENOTSUP for an SELinux label. A kernel with SELinux answers that name
+/// itself (FUSE files are labelled by the mount), so a request for it
+/// comes from a system without labels; `ls -l` asks for it for every file
+/// it lists, until an answer says labels are not supported on the device.
+/// A label stored with an entry is still served.
+fn missing_xattr(name: &OsStr) -> Errno {
+    match name.as_bytes() {
+        b"security.selinux" => Errno::ENOTSUP,
+        _ => Errno::NO_XATTR,
+    }
+}
+
 fn xattr_errno(e: &Error) -> Errno {
     error!("extended attributes: {e}");
     Errno::EIO
@@ -871,6 +886,10 @@ impl Filesystem for StrataFs {
             self.passthrough = true;
         }
         let _ = config.set_max_readahead(1 << 20);
+        // The kernel keeps each inode's POSIX ACLs (asked once, through
+        // getxattr, then cached: `ls -l` asks for every file it lists) and
+        // checks access against them, as on the committed tree.
+        let _ = config.add_capabilities(InitFlags::FUSE_POSIX_ACL);
         // Cache symlink targets: `latest` is invalidated by the refresher when it moves.
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
         // Check a kept listing's mtime before serving it from the start
@@ -928,7 +947,7 @@ impl Filesystem for StrataFs {
             let (xattrs, what) = self.xattrs_of(ino)?;
             strata::format::xattrs::get(&xattrs, name.as_bytes(), &what)
                 .map_err(|e| xattr_errno(&e))?
-                .ok_or(Errno::NO_XATTR)
+                .ok_or_else(|| missing_xattr(name))
         });
         reply_xattr(value, size, reply);
     }

@@ -113,7 +113,7 @@ const HELD_CHECK_EVERY: u64 = 4;
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
 fn main() {
-    limit_malloc_arenas();
+    tune_malloc();
     let args = Args::parse();
     init_logging();
     match run(args) {
@@ -130,11 +130,27 @@ fn main() {
 /// leave each arena holding tens of MiB: after repeated cold walks of a
 /// 1M-entry generation the daemon's RSS grew to 234 MiB with the default
 /// (six arenas) and stays near 160 MiB with two, at the same walk times.
-fn limit_malloc_arenas() {
+///
+/// And fix the size from which allocations are mapped on their own
+/// ([`MMAP_THRESHOLD`]): glibc otherwise raises it to the size of every
+/// mapped block freed, so after the first cached segment (about 4 MiB)
+/// is dropped, every later one is carved from an arena, where what is
+/// freed stays held. With it fixed, a dropped segment goes back to the
+/// system at once. After a `grep -r` and 8 parallel greps of a 1M-entry
+/// generation: 115-122 MiB before, 89-107 MiB with this alone, 53-61 MiB
+/// with the smaller caches of `compose::representation` as well.
+fn tune_malloc() {
     // SAFETY: mallopt only tunes the allocator; called before any thread
     // starts.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+    }
 }
+
+/// Blocks at least this large are mapped on their own: cached segments
+/// are; read replies (at most 1 MiB) stay in the arenas and are reused.
+const MMAP_THRESHOLD: i32 = 2 << 20;
 
 /// Log to stderr (the log file when daemonized) at `RUST_LOG`'s levels,
 /// `info` by default.

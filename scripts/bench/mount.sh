@@ -14,7 +14,9 @@
 #     wide1m:   1M small files in 1,000 directories (~3 GiB of disk)
 #   WORKDIR defaults to target/bench-mount-<tree>.
 #   TARGETS="native strata" measures only those (default: all five; the
-#   documented runs name theirs).
+#   documented runs name theirs). ROUNDS=N measures every target N times,
+#   the targets alternating within each round (default 1): on a shared
+#   machine cold figures drift, so compare medians.
 # Prints a Markdown table and writes it to WORKDIR/mount-results.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -112,19 +114,22 @@ par8() {
 export -f par8
 export TREE
 printf '| target | cache | find \\| wc -l | ls -lR | grep -r | cat all files | 8 greps | cat 512 MiB file | daemon RSS |\n|---|---|---|---|---|---|---|---|---|\n' | tee -a "$RESULTS"
-for name in $ORDER; do
-    d="${DIRS[$name]}"
-    for cache in cold warm; do
-        f=$(m "$cache" bash -c "find '$d' | wc -l")
-        l=$(m "$cache" ls -lR "$d")
-        g=$(m "$cache" bash -c "grep -r -q needle-that-is-not-there '$d' || true")
-        a=$(m "$cache" bash -c "find '$d' -type f -exec cat {} + >/dev/null")
-        p=$(m "$cache" bash -c "par8 '$d'")
-        c=-
-        [ -f "$d/media/big.bin" ] && c=$(m "$cache" cat "$d/media/big.bin")
-        r=-
-        case "$name" in strata*) r=$(rss "$name") ;; esac
-        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$cache" "$f" "$l" "$g" "$a" "$p" "$c" "$r" | tee -a "$RESULTS"
+for round in $(seq "${ROUNDS:-1}"); do
+    [ "${ROUNDS:-1}" = 1 ] || echo "round $round" >&2
+    for name in $ORDER; do
+        d="${DIRS[$name]}"
+        for cache in cold warm; do
+            f=$(m "$cache" bash -c "find '$d' | wc -l")
+            l=$(m "$cache" ls -lR "$d")
+            g=$(m "$cache" bash -c "grep -r -q needle-that-is-not-there '$d' || true")
+            a=$(m "$cache" bash -c "find '$d' -type f -exec cat {} + >/dev/null")
+            p=$(m "$cache" bash -c "par8 '$d'")
+            c=-
+            [ -f "$d/media/big.bin" ] && c=$(m "$cache" cat "$d/media/big.bin")
+            r=-
+            case "$name" in strata*) r=$(rss "$name") ;; esac
+            printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$cache" "$f" "$l" "$g" "$a" "$p" "$c" "$r" | tee -a "$RESULTS"
+        done
     done
 done
 sleep 60

@@ -10,10 +10,15 @@ use crate::store::{keys, Store};
 use std::cmp::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// Segments kept parsed in memory per representation.
-const SEGMENT_CACHE: usize = 8;
-/// Decoded row groups kept per representation.
-const GROUP_CACHE: usize = 32;
+/// Segments kept parsed in memory per representation (each holds its
+/// whole file, about 4 MiB at 65,536 rows). A walk in key order needs the
+/// current one and the next. With 8 segments and 32 groups cached, the
+/// daemon held 115-122 MiB after walks of a 1M-entry generation; with 4
+/// and 16, 53-61 MiB (docs/BENCHMARKS.md, issue 26).
+const SEGMENT_CACHE: usize = 4;
+/// Decoded row groups kept per representation (about 1.2 MiB each at
+/// 4,096 rows): the current ones of 8 concurrent walkers, and more.
+const GROUP_CACHE: usize = 16;
 /// Row groups decoded ahead of a listing's end ([`Representation::warm_after`]).
 const READ_AHEAD_GROUPS: usize = 2;
 
