@@ -38,12 +38,7 @@ pub fn decode_frame(codec: Codec, frame: Vec<u8>, size: u64, file: &str) -> Resu
     let out = match codec {
         Codec::Raw => frame,
         Codec::Zstd => {
-            let mut out = Vec::with_capacity(size as usize);
-            let mut dec = zstd::stream::read::Decoder::new(&frame[..])
-                .map_err(|e| Error::corrupt("pack", file, format!("zstd: {e}")))?;
-            std::io::copy(&mut std::io::Read::take(&mut dec, size + 1), &mut out)
-                .map_err(|e| Error::corrupt("pack", file, format!("zstd: {e}")))?;
-            out
+            crate::format::zstd_decode(&frame, size).map_err(|e| Error::corrupt("pack", file, e))?
         }
     };
     if out.len() as u64 != size {

@@ -90,14 +90,7 @@ fn decode(name: &str, stored: &[u8], len: u64) -> Result<Vec<u8>> {
     let payload = &stored[CHUNK_HEADER..];
     let raw = match codec {
         Codec::Raw => payload.to_vec(),
-        Codec::Zstd => {
-            let mut out = Vec::with_capacity(raw_len as usize);
-            let mut dec =
-                zstd::stream::read::Decoder::new(payload).map_err(|e| bad(format!("zstd: {e}")))?;
-            std::io::copy(&mut std::io::Read::take(&mut dec, raw_len + 1), &mut out)
-                .map_err(|e| bad(format!("zstd: {e}")))?;
-            out
-        }
+        Codec::Zstd => super::zstd_decode(payload, raw_len).map_err(bad)?,
     };
     if raw.len() as u64 != raw_len {
         return Err(bad(format!(
