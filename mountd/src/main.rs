@@ -49,8 +49,9 @@ struct Args {
     /// Serve only these sets (repeatable); default: every set
     #[arg(long)]
     set: Vec<String>,
-    /// FUSE worker threads
-    #[arg(long, default_value_t = 4)]
+    /// FUSE worker threads; more than cores, so cold reads overlap their
+    /// disk waits (docs/BENCHMARKS.md, issue 26)
+    #[arg(long, default_value_t = 8)]
     threads: usize,
     /// When standalone blobs are hashed in full before being served
     #[arg(long, value_enum, default_value = "first-open")]

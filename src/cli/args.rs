@@ -135,7 +135,7 @@ pub(crate) struct MountCmd {
     /// it on a remote store to save requests)
     #[arg(long, value_name = "D", value_parser = strata::storage::parse_duration)]
     pub(crate) poll: Option<Duration>,
-    /// FUSE worker threads of the daemon (default 4)
+    /// FUSE worker threads of the daemon (default 8)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub(crate) threads: Option<u16>,
     /// An existing empty directory to mount the store on
