@@ -8,20 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
+. "$ROOT/scripts/bench/lib.sh"
 A="$1" B="$2" KIND="${3:-tiny100k}"
 WORK="${4:-$ROOT/target/bench-idle-$KIND}"
 IDLE="${IDLE:-45}"
 cargo build --quiet
 STRATA="$ROOT/target/debug/strata"
 mkdir -p "$WORK/mnt"
-if [ "$(cat "$WORK/tree.done" 2>/dev/null)" != "$KIND" ]; then
-    echo "generating $KIND tree..." >&2
-    rm -rf "$WORK/tree" "$WORK/st"
-    python3 "$ROOT/scripts/bench/gentree.py" "$KIND" "$WORK/tree"
-    "$STRATA" --store "$WORK/st" init >/dev/null
-    "$STRATA" --store "$WORK/st" commit --set b "$WORK/tree" >/dev/null
-    echo "$KIND" > "$WORK/tree.done"
-fi
+committed_tree "$STRATA" "$KIND" "$WORK"
 measure() {
     local bin=$1 pid
     "$bin" --store "$WORK/st" "$WORK/mnt" 2>/dev/null &

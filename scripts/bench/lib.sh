@@ -10,6 +10,20 @@ need() {
     done
 }
 
+# committed_tree STRATA KIND WORK — generate the KIND tree (gentree.py) in
+# WORK/tree and commit it as set `b` of the store WORK/st, unless WORK
+# already holds that tree (marked by WORK/tree.done).
+committed_tree() {
+    local strata="$1" kind="$2" work="$3"
+    [ "$(cat "$work/tree.done" 2>/dev/null)" = "$kind" ] && return
+    echo "generating $kind tree..." >&2
+    rm -rf "$work/tree" "$work/st"
+    python3 "$(dirname "${BASH_SOURCE[0]}")/gentree.py" "$kind" "$work/tree"
+    "$strata" --store "$work/st" init >/dev/null
+    "$strata" --store "$work/st" commit --set b "$work/tree" >/dev/null
+    echo "$kind" > "$work/tree.done"
+}
+
 # probe_latency ROOT PATHS SECONDS|STOPFILE — stat then cat the files listed
 # in PATHS (relative to ROOT) in turn, for SECONDS or until STOPFILE exists;
 # prints "ops stat_p50 stat_p99 cat_p50 cat_p99" (milliseconds).

@@ -8,19 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
+. "$ROOT/scripts/bench/lib.sh"
 A="$1" B="$2" KIND="${3:-wide1m}"
 WORK="${4:-$ROOT/target/bench-walk-$KIND}"
 cargo build --release --quiet
 STRATA="$ROOT/target/release/strata"
 mkdir -p "$WORK/mnt"
-if [ "$(cat "$WORK/tree.done" 2>/dev/null)" != "$KIND" ]; then
-    echo "generating $KIND tree..." >&2
-    rm -rf "$WORK/tree" "$WORK/st"
-    python3 "$ROOT/scripts/bench/gentree.py" "$KIND" "$WORK/tree"
-    "$STRATA" --store "$WORK/st" init >/dev/null
-    "$STRATA" --store "$WORK/st" commit --set b "$WORK/tree" >/dev/null
-    echo "$KIND" > "$WORK/tree.done"
-fi
+committed_tree "$STRATA" "$KIND" "$WORK"
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
 par8() {
