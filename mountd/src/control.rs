@@ -293,6 +293,7 @@ fn status(ctx: &Context) -> Answer {
         remote_requests: remote.map(|c| c.into_iter().map(|(k, n)| (k.to_string(), n)).collect()),
         rss_bytes: rss_bytes(),
         sets: sets(ctx),
+        spliced_reads: load(&ctx.stats.spliced_reads),
         uptime_s: ctx.started.elapsed().as_secs(),
         verified_blobs: load(&ctx.stats.verify.verified),
         verify_failures: load(&ctx.stats.verify.failures),

@@ -115,6 +115,12 @@ pub(crate) fn render(ctx: &Context, rss_bytes: u64) -> String {
             "Directory reads answered (listings the kernel had not cached).",
             &stats.dir_reads,
         ),
+        (
+            "strata_mountd_spliced_reads_total",
+            "counter",
+            "File reads answered by splicing a local file's pages.",
+            &stats.spliced_reads,
+        ),
     ];
     for (name, kind, help, value) in counters {
         f.single(name, kind, help, load(value));

@@ -1391,6 +1391,54 @@ fn a_large_file_opened_twice_at_once_reads_in_both() {
     }
 }
 
+/// Once a chunked file's assembled copy exists, reads of it are answered by
+/// splicing the copy's pages into the reply: the bytes are the committed
+/// ones at page-aligned and odd offsets, across and past the end, through
+/// the page cache and with O_DIRECT (whose reads reach the daemon unaligned).
+#[test]
+fn spliced_reads_of_an_assembled_copy_are_the_committed_bytes() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let sc = Scratch::new();
+    let len = (3 << 20) + 123;
+    let data = noise(9, len);
+    write(&sc.src, "a.bin", &data);
+    write(&sc.src, "b.bin", &data);
+    sc.commit("s");
+    let m = sc.mount();
+    let gen = m.point.join("s/latest");
+    // The first open reads chunks while the copy is assembled.
+    assert_eq!(fs::read(gen.join("a.bin")).unwrap(), data);
+    let copies = sc.st.join(strata::store::keys::ASSEMBLED);
+    wait_for("the assembled copy", || {
+        fs::read_dir(&copies)
+            .unwrap()
+            .flatten()
+            .any(|e| !e.file_name().as_bytes().starts_with(b"."))
+    });
+    // Same content, another inode: its reads come from the copy.
+    assert_eq!(fs::read(gen.join("b.bin")).unwrap(), data);
+    let spliced = counter(&sc.st, "spliced_reads");
+    assert!(spliced > 0, "no read was spliced");
+    let direct = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(gen.join("b.bin"))
+        .unwrap();
+    for (at, n) in [(0, 4096), (4097, 70_000), (len - 100, 1000), (len, 10)] {
+        let mut buf = vec![0; n];
+        let got = direct.read_at(&mut buf, at as u64).unwrap();
+        assert_eq!(
+            &buf[..got],
+            &data[at.min(len)..(at + n).min(len)],
+            "at {at}"
+        );
+    }
+    assert!(
+        counter(&sc.st, "spliced_reads") > spliced,
+        "O_DIRECT reads were not spliced"
+    );
+}
+
 #[test]
 fn the_policy_also_triggers_on_delta_bytes_and_base_age() {
     for args in [

@@ -475,6 +475,9 @@ pub struct Status {
     pub remote_requests: Option<std::collections::BTreeMap<String, u64>>,
     pub rss_bytes: u64,
     pub sets: Vec<SetLatest>,
+    /// Added after v1 without a version change: absent from older daemons.
+    #[serde(default)]
+    pub spliced_reads: u64,
     pub uptime_s: u64,
     pub verified_blobs: u64,
     pub verify_failures: u64,
@@ -818,6 +821,7 @@ mod tests {
                 latest: Some(14),
                 set: "s".into(),
             }],
+            spliced_reads: 18,
             uptime_s: 15,
             verified_blobs: 16,
             verify_failures: 17,
@@ -827,11 +831,15 @@ mod tests {
             r#""last_sweep":{"at_ns":5,"condemned":{"count":6,"bytes":60},"deferred":null,"#,
             r#""deleted":{"count":7,"bytes":70},"epoch":8},"lookups":9,"mountpoint":"/mnt/s","#,
             r#""open_handles":10,"pid":11,"pinned_generations":12,"remote_requests":null,"#,
-            r#""rss_bytes":13,"sets":[{"latest":14,"set":"s"}],"uptime_s":15,"#,
+            r#""rss_bytes":13,"sets":[{"latest":14,"set":"s"}],"spliced_reads":18,"uptime_s":15,"#,
             r#""verified_blobs":16,"verify_failures":17}"#
         );
         assert_eq!(serde_json::to_string(&status).unwrap(), line);
         assert_eq!(serde_json::from_str::<Status>(line).unwrap(), status);
+        // A daemon from before `spliced_reads` leaves it out.
+        let older = line.replace(r#""spliced_reads":18,"#, "");
+        let read = serde_json::from_str::<Status>(&older).unwrap();
+        assert_eq!((read.spliced_reads, read.uptime_s), (0, 15));
         status.last_sweep = Some(SweepSummary::Failed {
             at_ns: 5,
             error: "another sweep runs".into(),

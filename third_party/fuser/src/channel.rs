@@ -92,6 +92,18 @@ impl ChannelSender {
         Ok(())
     }
 
+    /// Send `header` and `len` bytes of `file` from `offset` as one
+    /// message, spliced (`crate::splice`); false if nothing was sent.
+    pub(crate) fn splice(
+        &self,
+        header: &[u8],
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> bool {
+        crate::splice::send(self.0.as_fd(), header, file, offset, len)
+    }
+
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         BackingId::create(&self.0, fd)
     }

@@ -100,6 +100,7 @@ mod reply;
 mod request;
 mod request_param;
 mod session;
+mod splice;
 mod time;
 
 /// We generally support async reads

@@ -33,6 +33,7 @@ use crate::ll::reply::DirEntryPlus;
 use crate::ll::reply::Response;
 use crate::ll::{self};
 use crate::passthrough::BackingId;
+use zerocopy::IntoBytes as _;
 
 /// Generic reply callback to send data
 #[derive(Debug)]
@@ -56,6 +57,16 @@ impl ReplySender {
                 sender.send(()).unwrap();
                 Ok(())
             }
+        }
+    }
+
+    /// Send `header` and `len` bytes of `file` from `offset` as one reply,
+    /// spliced; false if nothing was sent.
+    fn splice(&self, header: &[u8], file: BorrowedFd<'_>, offset: u64, len: usize) -> bool {
+        match self {
+            ReplySender::Channel(sender) => sender.splice(header, file, offset, len),
+            #[cfg(test)]
+            ReplySender::Assert(_) | ReplySender::Sync(_) => false,
         }
     }
 
@@ -145,6 +156,28 @@ impl ReplyRaw {
     pub(crate) fn error(self, err: ll::Errno) {
         self.send_ll(&ll::ResponseErrno(err));
     }
+
+    /// Reply with `len` bytes of `file` from `offset`, spliced. Returns the
+    /// reply, unsent, when splicing could not carry it.
+    fn splice(mut self, file: BorrowedFd<'_>, offset: u64, len: usize) -> Result<(), Self> {
+        let Some(sender) = self.sender.as_ref() else {
+            return Err(self);
+        };
+        let Ok(total) = u32::try_from(size_of::<ll::fuse_abi::fuse_out_header>() + len) else {
+            return Err(self);
+        };
+        let header = ll::fuse_abi::fuse_out_header {
+            len: total,
+            error: 0,
+            unique: self.unique.0,
+        };
+        if sender.splice(header.as_bytes(), file, offset, len) {
+            self.sender = None;
+            Ok(())
+        } else {
+            Err(self)
+        }
+    }
 }
 
 impl Drop for ReplyRaw {
@@ -207,6 +240,17 @@ impl ReplyData {
     /// Reply to a request with the given data
     pub fn data(self, data: &[u8]) {
         self.reply.send_ll(&ll::ResponseSlice(data));
+    }
+
+    /// Reply with exactly `len` bytes of `file` from `offset`, spliced from
+    /// its page cache into the request (one copy, where `data` after a
+    /// `pread` makes two). Returns the reply, unsent, when splicing cannot
+    /// carry it (the file has fewer bytes there, a pipe cannot be had or
+    /// holds fewer pages): answer it with `data` or `error` then.
+    pub fn splice(self, file: BorrowedFd<'_>, offset: u64, len: usize) -> Result<(), ReplyData> {
+        self.reply
+            .splice(file, offset, len)
+            .map_err(|reply| ReplyData { reply })
     }
 
     /// Reply to a request with the given error code
