@@ -441,6 +441,52 @@ fn the_mount_serves_link_groups_attributes_and_special_files() {
     );
 }
 
+/// `--no-acl`, as ext4's `noacl`: ACLs are neither listed nor served (asking
+/// is ENOTSUP, so `ls -l` stops asking), other attributes are.
+#[test]
+fn without_acls_the_mount_serves_the_other_attributes() {
+    let s = Scratch::new();
+    rich_tree(&s.src);
+    ok(&strata(
+        &s.st,
+        &["commit", "--set", "t", s.src.to_str().unwrap()],
+    ));
+    let _m = s.mount_with(&["--preserve-owner", "--no-acl"]);
+    let root = s.mnt.join("t/latest");
+    let getfattr = |args: &[&str], p: &Path| {
+        let o = Command::new("getfattr").args(args).arg(p).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).replace(p.to_str().unwrap(), "");
+        (out, String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let all = ["-d", "-m", "-", "--absolute-names"];
+    let (native, _) = getfattr(&all, &s.src.join("shared"));
+    let (served, _) = getfattr(&all, &root.join("shared"));
+    assert!(native.contains("system.posix_acl_access"), "{native}");
+    assert!(!served.contains("posix_acl"), "{served}");
+    for p in ["tagged", "links"] {
+        assert_eq!(
+            getfattr(&all, &root.join(p)).0,
+            getfattr(&all, &s.src.join(p)).0,
+            "{p}"
+        );
+    }
+    let (_, err) = getfattr(&["-n", "system.posix_acl_access"], &root.join("shared"));
+    assert!(err.contains("Operation not supported"), "{err}");
+    let listed = Command::new("ls")
+        .arg("-ld")
+        .arg(root.join("shared"))
+        .output()
+        .unwrap();
+    let native = Command::new("ls")
+        .arg("-ld")
+        .arg(s.src.join("shared"))
+        .output()
+        .unwrap();
+    let mode = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout)[..11].to_string();
+    assert_eq!(mode(&native).pop(), Some('+'));
+    assert_eq!(mode(&listed), mode(&native).replace('+', " "));
+}
+
 #[test]
 fn attributes_and_devices_enter_the_identity_links_do_not() {
     let s = Scratch::new();

@@ -194,6 +194,8 @@ pub(crate) struct StrataFs {
     verifier: Verifier,
     /// Serve stored owners instead of the mounting user.
     preserve_owner: bool,
+    /// POSIX ACLs served and enforced (off with `--no-acl`).
+    acls: bool,
     /// Assembled copies of chunked files, served by passthrough.
     assembled: Option<Arc<Assembled>>,
     /// Backing ids of blobs open with passthrough. The kernel requires every
@@ -298,12 +300,13 @@ fn ttl(attrs: &Attrs) -> Duration {
     }
 }
 
-/// How files are served: the daemon's `--verify`, `--opens` and
-/// `--preserve-owner`.
+/// How files are served: the daemon's `--verify`, `--opens`,
+/// `--preserve-owner` and `--no-acl`.
 pub(crate) struct Serving {
     pub(crate) verify: VerifyMode,
     pub(crate) opens: OpenMode,
     pub(crate) preserve_owner: bool,
+    pub(crate) acls: bool,
 }
 
 impl StrataFs {
@@ -321,6 +324,7 @@ impl StrataFs {
             verify,
             opens,
             preserve_owner,
+            acls,
         } = serving;
         let verifier = Verifier::new(verify.into(), stats.verify.clone());
         StrataFs {
@@ -343,6 +347,7 @@ impl StrataFs {
             inode_reads: InodeReads::default(),
             verifier,
             preserve_owner,
+            acls,
             assembled,
             backings: Mutex::new(HashMap::new()),
             uid,
@@ -861,6 +866,26 @@ fn missing_xattr(name: &OsStr) -> Errno {
     }
 }
 
+/// Whether `name` is a POSIX ACL's attribute.
+fn is_acl(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"system.posix_acl_access" | b"system.posix_acl_default"
+    )
+}
+
+/// A `listxattr` answer (names, each ending in NUL) without the ACLs', as
+/// `--no-acl` serves it.
+fn without_acls(names: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names.split_inclusive(|&b| b == 0) {
+        if !is_acl(name.strip_suffix(&[0]).unwrap_or(name)) {
+            out.extend_from_slice(name);
+        }
+    }
+    out
+}
+
 fn xattr_errno(e: &Error) -> Errno {
     error!("extended attributes: {e}");
     Errno::EIO
@@ -890,7 +915,9 @@ impl Filesystem for StrataFs {
         // The kernel keeps each inode's POSIX ACLs (asked once, through
         // getxattr, then cached: `ls -l` asks for every file it lists) and
         // checks access against them, as on the committed tree.
-        let _ = config.add_capabilities(InitFlags::FUSE_POSIX_ACL);
+        if self.acls {
+            let _ = config.add_capabilities(InitFlags::FUSE_POSIX_ACL);
+        }
         // Cache symlink targets: `latest` is invalidated by the refresher when it moves.
         let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
         // Check a kept listing's mtime before serving it from the start
@@ -945,6 +972,9 @@ impl Filesystem for StrataFs {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let value = self.guarded("getxattr", || {
+            if !self.acls && is_acl(name.as_bytes()) {
+                return Err(Errno::ENOTSUP);
+            }
             let (xattrs, what) = self.xattrs_of(ino)?;
             strata::format::xattrs::get(&xattrs, name.as_bytes(), &what)
                 .map_err(|e| xattr_errno(&e))?
@@ -956,7 +986,12 @@ impl Filesystem for StrataFs {
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let names = self.guarded("listxattr", || {
             let (xattrs, what) = self.xattrs_of(ino)?;
-            strata::format::xattrs::list(&xattrs, &what).map_err(|e| xattr_errno(&e))
+            let names =
+                strata::format::xattrs::list(&xattrs, &what).map_err(|e| xattr_errno(&e))?;
+            Ok(match self.acls {
+                true => names,
+                false => without_acls(&names),
+            })
         });
         reply_xattr(names, size, reply);
     }

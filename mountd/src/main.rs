@@ -71,6 +71,12 @@ struct Args {
     /// Serve each entry's stored owner instead of the mounting user
     #[arg(long)]
     preserve_owner: bool,
+    /// Neither serve nor enforce POSIX ACLs, as ext4's `noacl`: access
+    /// follows the mode bits, their attributes are not listed and asking
+    /// for one is ENOTSUP, so `ls -l` stops asking after the first file
+    /// (a cold `ls -lR` then costs no round trip per file; docs/BENCHMARKS.md)
+    #[arg(long)]
+    no_acl: bool,
     /// Do not fold deltas into new bases on the daemon's own initiative
     #[arg(long)]
     no_materialize: bool,
@@ -210,6 +216,7 @@ fn run(args: Args) -> Result<(), DaemonError> {
             verify: args.verify,
             opens: args.opens,
             preserve_owner: args.preserve_owner,
+            acls: !args.no_acl,
         },
         notifier.clone(),
         assembled,

@@ -118,6 +118,11 @@ pub(crate) struct MountCmd {
     /// Serve each entry's stored owner instead of the mounting user
     #[arg(long)]
     pub(crate) preserve_owner: bool,
+    /// Neither serve nor enforce POSIX ACLs (as ext4's noacl): access
+    /// follows the mode bits, and `ls -l` of a cold tree costs no round
+    /// trip per file
+    #[arg(long)]
+    pub(crate) no_acl: bool,
     /// Budget of assembled copies of chunked files, served at native speed
     /// by passthrough (default 8G; 0: chunk reads only)
     #[arg(long, value_name = "SIZE", value_parser = strata::storage::parse_size)]

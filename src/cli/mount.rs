@@ -43,6 +43,7 @@ struct MountArgs<'a> {
     verify: &'a str,
     opens: &'a str,
     preserve_owner: bool,
+    no_acl: bool,
     /// Budget of assembled copies (`None`: the daemon's default).
     assembled_size: Option<u64>,
     no_materialize: bool,
@@ -66,6 +67,7 @@ pub(crate) fn mount_cmd(store_args: &StoreArgs, a: &MountCmd) -> Result<i32> {
         verify: &a.verify,
         opens: &a.opens,
         preserve_owner: a.preserve_owner,
+        no_acl: a.no_acl,
         assembled_size: a.assembled_size,
         no_materialize: a.no_materialize,
         sweep_every: a.sweep_every,
@@ -92,6 +94,9 @@ fn mount(a: &MountArgs<'_>) -> Result<i32> {
     cmd.arg(&point);
     if a.preserve_owner {
         cmd.arg("--preserve-owner");
+    }
+    if a.no_acl {
+        cmd.arg("--no-acl");
     }
     if a.no_materialize {
         cmd.arg("--no-materialize");
