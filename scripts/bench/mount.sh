@@ -2,7 +2,8 @@
 # Mount benchmark: the same tree read through the native filesystem, a strata
 # mount (files opened by the kernel: `--opens none`, the default), a second
 # strata mount whose opens reach the daemon (`--opens each`: large files by
-# passthrough), squashfuse_ll on a squashfs image of it, and `restic mount`
+# passthrough), optionally a third with `--no-acl` (target strata-noacl: no
+# ACL round trip per file in a cold ls -lR), squashfuse_ll on a squashfs image of it, and `restic mount`
 # of a restic snapshot of it, side by side in one run, cold (page, dentry
 # and inode caches dropped before each command) and warm (each command run
 # once untimed, then timed). Phases: find, ls -lR, grep -r, cat of every
@@ -13,7 +14,8 @@
 #     tiny100k: 100k files of 50-2,000 bytes in 100 directories
 #     wide1m:   1M small files in 1,000 directories (~3 GiB of disk)
 #   WORKDIR defaults to target/bench-mount-<tree>.
-#   TARGETS="native strata" measures only those (default: all five; the
+#   TARGETS="native strata" measures only those (default: all five but
+#   strata-noacl; the
 #   documented runs name theirs). ROUNDS=N measures every target N times,
 #   the targets alternating within each round (default 1): on a shared
 #   machine cold figures drift, so compare medians.
@@ -39,7 +41,7 @@ cleanup() {
 }
 trap cleanup EXIT
 cleanup
-rm -rf "$WORK" && mkdir -p "$WORK"/mnt-strata "$WORK"/mnt-strata-each "$WORK"/mnt-squash "$WORK"/mnt-restic
+rm -rf "$WORK" && mkdir -p "$WORK"/mnt-strata "$WORK"/mnt-strata-each "$WORK"/mnt-strata-noacl "$WORK"/mnt-squash "$WORK"/mnt-restic
 RESULTS="$WORK/mount-results.md"
 TREE="$WORK/$KIND"
 
@@ -59,6 +61,7 @@ start=$(date +%s.%N)
 "$STRATA" --store "$WORK/store" mount "$WORK/mnt-strata" >/dev/null
 ready_strata=$(echo "$(date +%s.%N) - $start" | bc)
 if has strata-each; then "$STRATA" --store "$WORK/store" mount --opens each "$WORK/mnt-strata-each" >/dev/null; fi
+if has strata-noacl; then "$STRATA" --store "$WORK/store" mount --no-acl "$WORK/mnt-strata-noacl" >/dev/null; fi
 if has squashfuse_ll; then squashfuse_ll "$WORK/tree.sqfs" "$WORK/mnt-squash"; fi
 ready_restic=0
 if has restic; then
@@ -73,6 +76,7 @@ declare -A DIRS=(
     [native]="$TREE"
     [strata]="$WORK/mnt-strata/b/latest/"
     [strata-each]="$WORK/mnt-strata-each/b/latest/"
+    [strata-noacl]="$WORK/mnt-strata-noacl/b/latest/"
     [squashfuse_ll]="$WORK/mnt-squash"
     [restic]="$WORK/mnt-restic/snapshots/latest$TREE"
 )
@@ -99,7 +103,7 @@ printf 'tree: %s files, %s bytes; mount ready: strata %.2f s, restic %.2f s\n\n'
 # the RSS of target $1's daemon, or -
 rss() {
     local pid
-    pid=$(pgrep -f "strata-mountd .*$WORK/mnt-$1\$" | head -1 || true)
+    pid=$(pgrep -f "strata-mountd .*$WORK/mnt-$1( |\$)" | head -1 || true)
     [ -n "$pid" ] && grep VmRSS /proc/"$pid"/status | awk '{printf "%d MiB", $2 / 1024}' || echo -
 }
 # 8 greps in parallel, each over every 8th top-level directory of $1
@@ -133,11 +137,12 @@ for round in $(seq "${ROUNDS:-1}"); do
     done
 done
 sleep 60
-for name in strata strata-each; do
+for name in strata strata-each strata-noacl; do
     if has "$name"; then
         printf 'strata-mountd (%s) RSS idle a minute after the walks: %s\n' "$name" "$(rss "$name")" | tee -a "$RESULTS"
     fi
 done
 if has strata-each; then "$STRATA" --store "$WORK/store" unmount "$WORK/mnt-strata-each" >/dev/null; fi
+if has strata-noacl; then "$STRATA" --store "$WORK/store" unmount "$WORK/mnt-strata-noacl" >/dev/null; fi
 "$STRATA" --store "$WORK/store" unmount "$WORK/mnt-strata" >/dev/null
 echo "results: $RESULTS" >&2
