@@ -33,6 +33,7 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
     ReplyXattr, Request,
 };
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
@@ -653,9 +654,17 @@ impl StrataFs {
         Ok(handle)
     }
 
-    fn do_read(&self, ino: INodeNo, handle: &Handle, offset: u64, size: u32) -> Reply<Vec<u8>> {
+    /// The bytes of a read: a packed blob's are a slice of its decoded
+    /// bytes, kept for the inode, not copied.
+    fn do_read<'h>(
+        &self,
+        ino: INodeNo,
+        handle: &'h Handle,
+        offset: u64,
+        size: u32,
+    ) -> Reply<Cow<'h, [u8]>> {
         let store = self.tree.store();
-        match handle {
+        let bytes = match handle {
             Handle::Packed(blob) => {
                 let data = blob.data.get_or_init(|| {
                     strata::blob::read(store, &blob.row).map_err(|e| errno(&e, &blob.what))
@@ -670,7 +679,7 @@ impl StrataFs {
                 })?;
                 let start = (offset as usize).min(b.len());
                 let end = start.saturating_add(size as usize).min(b.len());
-                Ok(b[start..end].to_vec())
+                return Ok(Cow::Borrowed(&b[start..end]));
             }
             Handle::Chunked { reader, what } => reader
                 .read(store, offset, u64::from(size))
@@ -696,7 +705,8 @@ impl StrataFs {
                     error!("ino={} read of a standalone blob failed: {e}", ino.0);
                     Errno::from(e)
                 }),
-        }
+        };
+        bytes.map(Cow::Owned)
     }
 
     /// Feed the entries of directory `ino` from `offset` on to `emit`
