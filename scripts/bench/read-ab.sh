@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Cold reads through two strata-mountd binaries side by side, against the
+# native tree, on the mixed tree (gentree.py): both daemons serve the same
+# store at once, the targets alternate their order each round (native
+# first), and the page, dentry and inode caches are dropped before every
+# command. Per target and round: a cold `cat` of the 512 MiB file and the
+# daemon CPU seconds it took; 8 cold greps at once over disjoint subtrees
+# (every 8th top-level directory each), with when the lane holding
+# `media/` (the 512 MiB file) finished its `media/` part, when the other
+# seven lanes finished, and when all did; and a cold `ls -lR`.
+#   scripts/bench/read-ab.sh DAEMON_A DAEMON_B [ROUNDS] [WORKDIR]
+#   ARGS_A / ARGS_B: extra daemon arguments (e.g. ARGS_B=--no-acl).
+#   ROUNDS defaults to 4; WORKDIR to target/bench-read-ab (~3 GiB of disk).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT="$PWD"
+. "$ROOT/scripts/bench/lib.sh"
+need bc:bc /usr/bin/time:time
+A="$1" B="$2" ROUNDS="${3:-4}"
+WORK="${4:-$ROOT/target/bench-read-ab}"
+cargo build --release --quiet
+STRATA="$ROOT/target/release/strata"
+mkdir -p "$WORK/mnt-A" "$WORK/mnt-B"
+committed_tree "$STRATA" mixed "$WORK"
+declare -A DIR=([native]="$WORK/tree/" [A]="$WORK/mnt-A/b/latest/" [B]="$WORK/mnt-B/b/latest/") PID=()
+cleanup() {
+    for t in A B; do mountpoint -q "$WORK/mnt-$t" && umount -l "$WORK/mnt-$t"; done
+    for t in A B; do [ -n "${PID[$t]:-}" ] && kill "${PID[$t]}" 2>/dev/null; done
+    true
+}
+trap cleanup EXIT
+cleanup
+# shellcheck disable=SC2086 # ARGS_* are word lists
+"$A" --store "$WORK/st" ${ARGS_A:-} "$WORK/mnt-A" 2>/dev/null &
+PID[A]=$!
+# shellcheck disable=SC2086
+"$B" --store "$WORK/st" ${ARGS_B:-} "$WORK/mnt-B" 2>/dev/null &
+PID[B]=$!
+until mountpoint -q "$WORK/mnt-A" && mountpoint -q "$WORK/mnt-B"; do sleep 0.05; done
+# A daemon hashes an assembled copy it did not make at its first open, and
+# the first open ever makes the copy: keep both out of the timed reads.
+for t in A B; do cat "${DIR[$t]}/media/big.bin" >/dev/null; done
+mapfile -t TOPS < <(cd "$WORK/tree" && ls | sort)
+
+cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+now() { date +%s.%N; }
+since() { printf '%.2f' "$(echo "$(now) - $1" | bc)"; }
+# cpu TARGET: the daemon's CPU seconds so far (0 for native)
+cpu() {
+    [ "$1" = native ] && { echo 0; return; }
+    awk '{print ($14 + $15) / 100}' "/proc/${PID[$1]}/stat"
+}
+secs() { /usr/bin/time -f %e -o "$WORK/t.out" "$@" >/dev/null 2>&1 || true; cat "$WORK/t.out"; }
+# par8 DIR: prints "media_s others_s all_s"
+par8() {
+    local d=$1 i j pids=() start
+    start=$(now)
+    for i in 0 1 2 3 4 5 6 7; do
+        (for ((j = i; j < ${#TOPS[@]}; j += 8)); do
+            grep -r -q needle-not-there "$d/${TOPS[j]}" || true
+            [ "${TOPS[j]}" = media ] && echo "media $(since "$start")" >> "$WORK/lanes"
+        done
+        echo "lane$i $(since "$start")" >> "$WORK/lanes") &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    local media_lane
+    media_lane=$(grep -n '^media$' <(printf '%s\n' "${TOPS[@]}") | cut -d: -f1)
+    media_lane=$(((media_lane - 1) % 8))
+    awk -v m="lane$media_lane" '$1 == "media" {media = $2} $1 ~ /^lane/ {if ($2 > all) all = $2; if ($1 != m && $2 > others) others = $2}
+        END {printf "%.2f | %.2f | %.2f", media, others, all}' "$WORK/lanes"
+    rm -f "$WORK/lanes"
+}
+printf '| round | target | cat 512 MiB | daemon CPU | 8 greps: media/ done | other 7 lanes done | all done | ls -lR |\n|---|---|---|---|---|---|---|---|\n'
+for r in $(seq "$ROUNDS"); do
+    order="native A B"
+    [ $((r % 2)) = 0 ] && order="native B A"
+    for t in $order; do
+        d=${DIR[$t]}
+        cold; c0=$(cpu "$t"); c=$(secs cat "$d/media/big.bin"); c1=$(cpu "$t")
+        cold; p=$(par8 "$d")
+        cold; l=$(secs ls -lR "$d")
+        printf '| %s | %s | %s | %s | %s | %s |\n' "$r" "$t" "$c" "$(echo "$c1 - $c0" | bc)" "$p" "$l"
+    done
+done
