@@ -1219,10 +1219,6 @@ impl Filesystem for StrataFs {
     }
 }
 
-/// `lseek` on a local file serving a blob (its holes are the file's).
-/// Up to `size` bytes of `file` at `offset`, into a buffer that is not
-/// zeroed first (a large file read through the daemon moves every byte
-/// once, not twice).
 /// Answer a read of a standalone blob or an assembled copy by splicing the
 /// file's pages into the reply (one copy, not pread's two); the reply back,
 /// unsent, for any other handle or when splicing cannot carry it.
@@ -1237,6 +1233,9 @@ fn splice_file(handle: &Handle, offset: u64, size: u32, reply: ReplyData) -> Res
     reply.splice(std::os::fd::AsFd::as_fd(f), offset, len as usize)
 }
 
+/// Up to `size` bytes of `file` at `offset`, into a buffer that is not
+/// zeroed first (a large file read through the daemon moves every byte
+/// once, not twice).
 fn pread(file: &File, offset: u64, size: u32) -> std::io::Result<Vec<u8>> {
     let mut buf: Vec<u8> = Vec::with_capacity(size as usize);
     let at = libc::off_t::try_from(offset)
@@ -1250,6 +1249,7 @@ fn pread(file: &File, offset: u64, size: u32) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// `lseek` on a local file serving a blob (its holes are the file's).
 fn seek_file(file: &File, offset: u64, whence: i32) -> Reply<i64> {
     use std::os::fd::AsRawFd;
     let offset = libc::off_t::try_from(offset).map_err(|_| Errno::ENXIO)?;
