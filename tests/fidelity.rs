@@ -230,14 +230,20 @@ fn json(out: &str) -> serde_json::Value {
     serde_json::from_str(out).unwrap()
 }
 
-#[test]
-fn a_restore_reproduces_every_attribute_of_the_committed_tree() {
+/// A scratch store with `rich_tree` committed as set `t` by the CLI.
+fn committed_rich_tree() -> Scratch {
     let s = Scratch::new();
     rich_tree(&s.src);
     ok(&strata(
         &s.st,
         &["commit", "--set", "t", s.src.to_str().unwrap()],
     ));
+    s
+}
+
+#[test]
+fn a_restore_reproduces_every_attribute_of_the_committed_tree() {
+    let s = committed_rich_tree();
     let dest = s.path().join("restored");
     let out = ok(&strata(
         &s.st,
@@ -259,12 +265,7 @@ fn a_restore_reproduces_every_attribute_of_the_committed_tree() {
 
 #[test]
 fn a_restore_of_paths_writes_only_them_and_their_ancestors() {
-    let s = Scratch::new();
-    rich_tree(&s.src);
-    ok(&strata(
-        &s.st,
-        &["commit", "--set", "t", s.src.to_str().unwrap()],
-    ));
+    let s = committed_rich_tree();
     let dest = s.path().join("part");
     let d = dest.to_str().unwrap();
     ok(&strata(
@@ -329,12 +330,7 @@ fn a_restore_killed_midway_resumes_writing_only_the_missing_files() {
 
 #[test]
 fn the_mount_serves_link_groups_attributes_and_special_files() {
-    let s = Scratch::new();
-    rich_tree(&s.src);
-    ok(&strata(
-        &s.st,
-        &["commit", "--set", "t", s.src.to_str().unwrap()],
-    ));
+    let s = committed_rich_tree();
     let _m = s.mount_with(&["--preserve-owner"]);
     let root = s.mnt.join("t/latest");
     let stat = |p: &str| fs::symlink_metadata(root.join(p)).unwrap();
@@ -445,12 +441,7 @@ fn the_mount_serves_link_groups_attributes_and_special_files() {
 /// is ENOTSUP, so `ls -l` stops asking), other attributes are.
 #[test]
 fn without_acls_the_mount_serves_the_other_attributes() {
-    let s = Scratch::new();
-    rich_tree(&s.src);
-    ok(&strata(
-        &s.st,
-        &["commit", "--set", "t", s.src.to_str().unwrap()],
-    ));
+    let s = committed_rich_tree();
     let _m = s.mount_with(&["--preserve-owner", "--no-acl"]);
     let root = s.mnt.join("t/latest");
     let getfattr = |args: &[&str], p: &Path| {
@@ -472,19 +463,15 @@ fn without_acls_the_mount_serves_the_other_attributes() {
     }
     let (_, err) = getfattr(&["-n", "system.posix_acl_access"], &root.join("shared"));
     assert!(err.contains("Operation not supported"), "{err}");
-    let listed = Command::new("ls")
-        .arg("-ld")
-        .arg(root.join("shared"))
-        .output()
-        .unwrap();
-    let native = Command::new("ls")
-        .arg("-ld")
-        .arg(s.src.join("shared"))
-        .output()
-        .unwrap();
-    let mode = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout)[..11].to_string();
-    assert_eq!(mode(&native).pop(), Some('+'));
-    assert_eq!(mode(&listed), mode(&native).replace('+', " "));
+    let mode = |dir: &Path| {
+        let o = Command::new("ls")
+            .arg("-ld")
+            .arg(dir.join("shared"))
+            .output();
+        String::from_utf8_lossy(&o.unwrap().stdout)[..11].to_string()
+    };
+    assert_eq!(mode(&s.src).pop(), Some('+'));
+    assert_eq!(mode(&root), mode(&s.src).replace('+', " "));
 }
 
 #[test]
@@ -539,12 +526,7 @@ fn attributes_and_devices_enter_the_identity_links_do_not() {
 
 #[test]
 fn tar_extracts_the_export_as_the_committed_tree_but_its_socket() {
-    let s = Scratch::new();
-    rich_tree(&s.src);
-    ok(&strata(
-        &s.st,
-        &["commit", "--set", "t", s.src.to_str().unwrap()],
-    ));
+    let s = committed_rich_tree();
     let dest = s.path().join("extracted");
     fs::create_dir(&dest).unwrap();
     let mut export = Command::new(bin())
