@@ -3,8 +3,9 @@
 # mount (files opened by the kernel: `--opens none`, the default), a second
 # strata mount whose opens reach the daemon (`--opens each`: large files by
 # passthrough), optionally a third with `--no-acl` (target strata-noacl: no
-# ACL round trip per file in a cold ls -lR), squashfuse_ll on a squashfs image of it, and `restic mount`
-# of a restic snapshot of it, side by side in one run, cold (page, dentry
+# ACL round trip per file in a cold ls -lR), squashfuse_ll on a squashfs
+# image of it, and `restic mount` of a restic snapshot of it, side by side
+# in one run, cold (page, dentry
 # and inode caches dropped before each command) and warm (each command run
 # once untimed, then timed). Phases: find, ls -lR, grep -r, cat of every
 # file, 8 greps in parallel over disjoint subtrees, cat of the 512 MiB file
@@ -14,9 +15,9 @@
 #     tiny100k: 100k files of 50-2,000 bytes in 100 directories
 #     wide1m:   1M small files in 1,000 directories (~3 GiB of disk)
 #   WORKDIR defaults to target/bench-mount-<tree>.
-#   TARGETS="native strata" measures only those (default: all five but
-#   strata-noacl; the
-#   documented runs name theirs). ROUNDS=N measures every target N times,
+#   TARGETS="native strata" measures only those (default: all but
+#   strata-noacl; the documented runs name theirs). ROUNDS=N measures
+#   every target N times,
 #   the targets alternating within each round (default 1): on a shared
 #   machine cold figures drift, so compare medians.
 # Prints a Markdown table and writes it to WORKDIR/mount-results.md.
