@@ -5,11 +5,11 @@
 # passthrough), optionally a third with `--no-acl` (target strata-noacl: no
 # ACL round trip per file in a cold ls -lR), squashfuse_ll on a squashfs
 # image of it, and `restic mount` of a restic snapshot of it, side by side
-# in one run, cold (page, dentry
-# and inode caches dropped before each command) and warm (each command run
-# once untimed, then timed). Phases: find, ls -lR, grep -r, cat of every
-# file, 8 greps in parallel over disjoint subtrees, cat of the 512 MiB file
-# (mixed tree); the RSS of each strata daemon after each row.
+# in one run, cold (page, dentry and inode caches dropped before each
+# command) and warm (each command run once untimed, then timed). Phases:
+# find, ls -lR, grep -r, cat of every file, 8 greps in parallel over
+# disjoint subtrees, cat of the 512 MiB file (mixed tree); the RSS of each
+# strata daemon after each row.
 #   scripts/bench/mount.sh [mixed|tiny100k|wide1m] [WORKDIR]
 #     mixed:    30k files, 1.5 GiB with a 512 MiB file (default; ~6 GiB of disk)
 #     tiny100k: 100k files of 50-2,000 bytes in 100 directories
@@ -17,9 +17,8 @@
 #   WORKDIR defaults to target/bench-mount-<tree>.
 #   TARGETS="native strata" measures only those (default: all but
 #   strata-noacl; the documented runs name theirs). ROUNDS=N measures
-#   every target N times,
-#   the targets alternating within each round (default 1): on a shared
-#   machine cold figures drift, so compare medians.
+#   every target N times, the targets alternating within each round
+#   (default 1): on a shared machine cold figures drift, so compare medians.
 # Prints a Markdown table and writes it to WORKDIR/mount-results.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
