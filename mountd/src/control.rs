@@ -290,6 +290,7 @@ fn status(ctx: &Context) -> Answer {
         open_handles: load(&ctx.stats.handles),
         pid: std::process::id(),
         pinned_generations: ctx.gens.pinned() as u64,
+        pushed_files: load(&ctx.stats.pushed_files),
         remote_requests: remote.map(|c| c.into_iter().map(|(k, n)| (k.to_string(), n)).collect()),
         rss_bytes: rss_bytes(),
         sets: sets(ctx),

@@ -23,7 +23,10 @@
 use crate::gen::{Gen, Gens};
 use crate::inode_reads::InodeReads;
 use crate::listing_cache::ListingCache;
-use crate::node::{dir_offset, ino_of, is_entry, offset_pos, pack_pos, Inodes, Node, Resolved};
+use crate::node::{
+    dir_offset, ino_of, is_entry, offset_pos, pack_pos, slot_base, Inodes, Node, Resolved,
+};
+use crate::push_ahead::PushAhead;
 use crate::read_ahead::ReadAhead;
 use crate::stat_habits::StatHabits;
 use crate::synthetic_listing::Snapshots;
@@ -163,6 +166,9 @@ pub(crate) struct Stats {
     pub(crate) dir_reads: AtomicU64,
     /// File reads answered by splicing a local file's pages into the reply.
     pub(crate) spliced_reads: AtomicU64,
+    /// Small files put into the kernel's page cache ahead of their reads
+    /// (push_ahead.rs).
+    pub(crate) pushed_files: AtomicU64,
     /// FUSE requests handled (the refresher sheds caches when it stops
     /// moving).
     pub(crate) requests: AtomicU64,
@@ -184,6 +190,9 @@ pub(crate) struct StrataFs {
     notifier: Arc<OnceLock<Notifier>>,
     /// Decodes the row groups after a listing's end, off the FUSE workers.
     read_ahead: ReadAhead,
+    /// Pushes the small files that follow one being read into the kernel's
+    /// page cache (`--opens none` only: it keeps pages across opens).
+    push_ahead: Option<PushAhead>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     next_fh: AtomicU64,
     passthrough: bool,
@@ -328,6 +337,13 @@ impl StrataFs {
             acls,
         } = serving;
         let verifier = Verifier::new(verify.into(), stats.verify.clone());
+        // Every open of `--verify always` hashes its blob: it needs opens.
+        let opens = match verify {
+            VerifyMode::Always => OpenMode::Each,
+            _ => opens,
+        };
+        let push_ahead = (opens == OpenMode::None)
+            .then(|| PushAhead::start(gens.store().clone(), notifier.clone(), stats.clone()));
         StrataFs {
             stats,
             tree: Tree::new(gens, only, SystemTime::now()),
@@ -337,14 +353,11 @@ impl StrataFs {
             snapshots: Snapshots::default(),
             notifier,
             read_ahead: ReadAhead::start(),
+            push_ahead,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             passthrough: false,
-            // Every open of `--verify always` hashes its blob: it needs opens.
-            opens: match verify {
-                VerifyMode::Always => OpenMode::Each,
-                _ => opens,
-            },
+            opens,
             inode_reads: InodeReads::default(),
             verifier,
             preserve_owner,
@@ -709,6 +722,17 @@ impl StrataFs {
         bytes.map(Cow::Owned)
     }
 
+    /// After the first read of a packed file was answered, hand the
+    /// push-ahead thread the files that may follow it.
+    fn push_after(&self, pid: u32, ino: INodeNo, handle: &Handle) {
+        let (Some(push), Handle::Packed(blob)) = (&self.push_ahead, handle) else {
+            return;
+        };
+        if let Some(Resolved::Entry(gen, _)) = self.inodes().get(ino.0) {
+            push.first_read(pid, &gen, slot_base(ino.0), &blob.row);
+        }
+    }
+
     /// Feed the entries of directory `ino` from `offset` on to `emit`
     /// (given each entry's own offset) until it reports a full reply.
     /// Returns where in a generation the walk stopped, if it read rows.
@@ -1058,7 +1082,7 @@ impl Filesystem for StrataFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -1071,13 +1095,19 @@ impl Filesystem for StrataFs {
             Ok(h) => h,
             Err(e) => return reply.error(e),
         };
+        if offset == 0 {
+            self.habits.read(req.pid());
+        }
         let Err(reply) = splice_file(&handle, offset, size, reply) else {
             self.stats.spliced_reads.fetch_add(1, Ordering::Relaxed);
             return;
         };
         match guarded("read", || self.do_read(ino, &handle, offset, size)) {
             Ok(data) => reply.data(&data),
-            Err(e) => reply.error(e),
+            Err(e) => return reply.error(e),
+        }
+        if offset == 0 {
+            self.push_after(req.pid(), ino, &handle);
         }
     }
 
@@ -1165,7 +1195,7 @@ impl Filesystem for StrataFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         self.stats.dir_reads.fetch_add(1, Ordering::Relaxed);
-        let attrs = self.habits.wants_attrs(req.pid());
+        let attrs = self.habits.wants_attrs(req.pid(), ino.0);
         let mut added = 0usize;
         let mut bare = 0u64;
         let mut base = None;

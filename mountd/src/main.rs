@@ -17,6 +17,7 @@ mod listing_cache;
 mod metrics;
 mod node;
 mod notify;
+mod push_ahead;
 mod read_ahead;
 mod stat_habits;
 mod sweeper;

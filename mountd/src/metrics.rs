@@ -121,6 +121,12 @@ pub(crate) fn render(ctx: &Context, rss_bytes: u64) -> String {
             "File reads answered by splicing a local file's pages.",
             &stats.spliced_reads,
         ),
+        (
+            "strata_mountd_pushed_files_total",
+            "counter",
+            "Small files put into the kernel's page cache ahead of their reads.",
+            &stats.pushed_files,
+        ),
     ];
     for (name, kind, help, value) in counters {
         f.single(name, kind, help, load(value));

@@ -42,6 +42,12 @@ pub(crate) fn is_entry(ino: u64) -> bool {
     ino & ENTRY_BIT != 0
 }
 
+/// The part of entry inode number `ino` that names its generation's slot
+/// (`Inodes::entry_base`).
+pub(crate) fn slot_base(ino: u64) -> u64 {
+    ino & !((1 << POS_BITS) - 1)
+}
+
 /// The inode number a synthetic node would get, without registering it.
 pub(crate) fn ino_of(node: &Node) -> u64 {
     if matches!(node, Node::Root) {

@@ -214,6 +214,46 @@ fn without_opens_a_corrupt_packed_blob_fails_its_first_read_and_every_read_after
     assert_eq!(counter(&sc.st, "open_handles"), 0, "no handle was opened");
 }
 
+/// A caller that reads on through a directory is pushed the next small
+/// files into the kernel's page cache (push_ahead.rs): each reads back as
+/// committed, whatever its size (under a page, a page exactly, several, a
+/// partial last page); a corrupt one among them is not pushed and its read
+/// is EIO, and the files after it are pushed all the same.
+#[test]
+fn files_pushed_ahead_are_the_committed_bytes_and_a_corrupt_one_stays_eio() {
+    let sc = Scratch::new();
+    let sizes = [1, 100, 4095, 4096, 4097, 20_000, 70_001];
+    let files: Vec<(String, Vec<u8>)> = (0..150)
+        .map(|i| (format!("d/f{i:03}"), noise(100 + i as u64, sizes[i % 7])))
+        .collect();
+    for (name, data) in &files {
+        write(&sc.src, name, data);
+    }
+    sc.commit("s");
+    flip_blob_byte(&sc.st, &sc.store, b"d/f075");
+    let m = sc.mount();
+    let gen = m.point.join("s/latest");
+    // Looked up first: the kernel takes a push only for an inode it holds.
+    for (name, _) in &files {
+        fs::metadata(gen.join(name)).unwrap();
+    }
+    for (name, data) in &files {
+        let got = fs::read(gen.join(name));
+        if name == "d/f075" {
+            let err = got.unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EIO), "{name}: {err}");
+        } else {
+            assert_eq!(&got.unwrap(), data, "{name}");
+        }
+    }
+    let pushed = counter(&sc.st, "pushed_files");
+    assert!(pushed >= 50, "only {pushed} files were pushed");
+    // Read again (from the pages the kernel keeps, pushed or read).
+    for (name, data) in files.iter().filter(|(n, _)| n != "d/f075") {
+        assert_eq!(&fs::read(gen.join(name)).unwrap(), data, "again: {name}");
+    }
+}
+
 #[test]
 fn pages_kept_across_opens_are_the_committed_content_after_latest_moves() {
     let sc = Scratch::new();

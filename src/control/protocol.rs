@@ -470,6 +470,9 @@ pub struct Status {
     pub open_handles: u64,
     pub pid: u32,
     pub pinned_generations: u64,
+    /// Added after v1 without a version change: absent from older daemons.
+    #[serde(default)]
+    pub pushed_files: u64,
     /// Object-store requests by kind and cache counters; `None` for a
     /// local store.
     pub remote_requests: Option<std::collections::BTreeMap<String, u64>>,
@@ -815,6 +818,7 @@ mod tests {
             open_handles: 10,
             pid: 11,
             pinned_generations: 12,
+            pushed_files: 19,
             remote_requests: None,
             rss_bytes: 13,
             sets: vec![SetLatest {
@@ -830,16 +834,23 @@ mod tests {
             r#"{"bare_entries":1,"dir_reads":2,"fuse_connection":44,"inodes":3,"#,
             r#""last_sweep":{"at_ns":5,"condemned":{"count":6,"bytes":60},"deferred":null,"#,
             r#""deleted":{"count":7,"bytes":70},"epoch":8},"lookups":9,"mountpoint":"/mnt/s","#,
-            r#""open_handles":10,"pid":11,"pinned_generations":12,"remote_requests":null,"#,
+            r#""open_handles":10,"pid":11,"pinned_generations":12,"pushed_files":19,"#,
+            r#""remote_requests":null,"#,
             r#""rss_bytes":13,"sets":[{"latest":14,"set":"s"}],"spliced_reads":18,"uptime_s":15,"#,
             r#""verified_blobs":16,"verify_failures":17}"#
         );
         assert_eq!(serde_json::to_string(&status).unwrap(), line);
         assert_eq!(serde_json::from_str::<Status>(line).unwrap(), status);
-        // A daemon from before `spliced_reads` leaves it out.
-        let older = line.replace(r#""spliced_reads":18,"#, "");
+        // A daemon from before `spliced_reads` and `pushed_files` leaves
+        // them out.
+        let older = line
+            .replace(r#""spliced_reads":18,"#, "")
+            .replace(r#""pushed_files":19,"#, "");
         let read = serde_json::from_str::<Status>(&older).unwrap();
-        assert_eq!((read.spliced_reads, read.uptime_s), (0, 15));
+        assert_eq!(
+            (read.spliced_reads, read.pushed_files, read.uptime_s),
+            (0, 0, 15)
+        );
         status.last_sweep = Some(SweepSummary::Failed {
             at_ns: 5,
             error: "another sweep runs".into(),

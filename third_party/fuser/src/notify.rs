@@ -86,12 +86,14 @@ impl Notifier {
     /// Update the kernel's cached copy of a given inode's data
     /// # Errors
     /// Returns an error if the notification data is too large.
-    /// Returns an error if the kernel rejects the notification.
+    /// Returns an error if the kernel rejects the notification, `NotFound`
+    /// if it does not hold the inode.
     pub fn store(&self, ino: INodeNo, offset: u64, data: &[u8]) -> io::Result<()> {
         let notif = Notification::new_store(ino, offset, data).map_err(Self::too_big_err)?;
-        // Not strictly an invalidate, but the inode we're operating
-        // on may have been evicted anyway, so treat is as such
-        self.send_inval(notify_code::FUSE_NOTIFY_STORE, &notif)
+        // strata: ENOENT (the kernel does not hold the inode) is returned,
+        // not ignored as for an invalidation: the caller counts what the
+        // kernel took.
+        self.send(notify_code::FUSE_NOTIFY_STORE, &notif)
     }
 
     /// Invalidate the kernel cache for a given directory entry and inform
