@@ -1,12 +1,14 @@
-//! Push-ahead: the next small files of a directory a caller is reading,
-//! put into the kernel's page cache before the caller asks for them.
+//! Push-ahead: the next small files (up to [`MAX_SIZE`]) of a directory a
+//! caller is reading, put into the kernel's page cache before the caller
+//! asks for them.
 //!
 //! Under `--opens none` the kernel keeps an inode's pages across opens, so
 //! a file whose bytes it holds is opened and read with no request at all.
 //! Without this, every small file `grep -r` reads costs a READ round trip:
 //! the reader sleeps, a worker wakes, answers, and wakes the reader. With
-//! eight readers on two cores those wakeups, not the decoding, are where
-//! the daemon's time goes (docs/BENCHMARKS.md, issue 26). Here one thread
+//! eight readers of tiny files on two cores, those wakeups, not the
+//! decoding, are where the daemon's time goes (docs/BENCHMARKS.md, issue
+//! 26). Here one thread
 //! reads and verifies the files that follow the one just read, in the
 //! directory's name order (the order of `readdir`, so of `grep -r` and
 //! `find | xargs cat`), and hands each to the kernel with
@@ -16,8 +18,8 @@
 //! first-read (offset 0) of a packed file in one directory is pushed the
 //! [`FIRST_WINDOW`] files that follow. If it then reads a file past what
 //! was pushed, the next window is pushed, twice as large, up to
-//! [`MAX_WINDOW`]. A caller whose last directory was pushed is pushed at
-//! its first read of the next one. A reader that overtakes the pushes tells
+//! [`MAX_WINDOW`]. A caller the kernel took pushes for in its last
+//! directory is pushed at its first read of the next one. A reader that overtakes the pushes tells
 //! the pusher where it is, and the pusher skips what it has passed.
 //!
 //! **Never from a worker.** A push waits for the lock of any page a READ in
@@ -35,7 +37,8 @@
 //! for as long as the daemon runs. Members of a hard-link group are skipped
 //! (the group is served under the number of whichever member was looked up
 //! first). The kernel refuses a push to an inode it does not hold (an entry
-//! listed bare and not looked up); that costs only the decode.
+//! listed bare and not looked up yet, stat_habits.rs); that costs the
+//! decode, and [`MAX_REFUSED`] refusals in a row end the directory's push.
 
 use crate::fs::Stats;
 use crate::gen::Gen;
@@ -60,8 +63,13 @@ const BATCH: usize = 8;
 /// Entries looked at for one batch at most (a directory of subdirectories
 /// or large files has few to push).
 const SCAN: usize = 256;
-/// The largest file pushed.
-const MAX_SIZE: u64 = 1 << 20;
+/// The largest file pushed. A push saves a file its READ round trip; a
+/// larger file's decoding outweighs that, and the longer the pusher spends
+/// on one file the likelier its reader overtakes it and decodes it too. On
+/// the mixed tree (files of 29 KB on average) pushing files up to 16 KiB
+/// took 8 cold greps at once from 2.06 s to 1.97 s (medians), while up to
+/// 64 KiB or 1 MiB cost more daemon CPU and no time (docs/BENCHMARKS.md).
+const MAX_SIZE: u64 = 16 << 10;
 /// Pushes in a row the kernel refuses before a job gives up: it holds no
 /// inode for the entries (they were listed without attributes), so the
 /// caller looks each up as it goes, after any push could have helped.

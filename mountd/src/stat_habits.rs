@@ -25,15 +25,16 @@
 //! same job (process group) while it reads what it lists:
 //! `xargs -P8 -n1 grep -r`, `parallel` or a script's loop start a new
 //! process per directory, each of which would otherwise look up every
-//! entry of the one directory it reads before it showed its habit. A
-//! caller of such a job that goes on to list another directory without
-//! reading a file since (`find`, `ls -R`) is listed bare from then on, so
-//! a walk that reads names only pays for one directory's attributes. What
-//! is remembered is bounded: past [`CAPACITY`]
-//! callers, the least recently seen one is forgotten, and past as many jobs
-//! the record of jobs starts over. The choice only moves work between
-//! readdirplus and lookup; both give the same attributes, so it never
-//! changes what a reader sees.
+//! entry of the one directory it reads before it showed its habit (and
+//! push_ahead.rs can only push into inodes the kernel holds). A caller of
+//! such a job that goes on to list another directory without reading a
+//! file since (`find`, `ls -R`) is listed bare from then on, so a walk that
+//! reads names only pays for one directory's attributes.
+//!
+//! What is remembered is bounded: past [`CAPACITY`] callers, the least
+//! recently seen one is forgotten, and past as many jobs the record of jobs
+//! starts over. The choice only moves work between readdirplus and lookup;
+//! both give the same attributes, so it never changes what a reader sees.
 
 use crate::inode_set::InodeSet;
 use std::collections::{HashMap, HashSet};
@@ -123,7 +124,9 @@ impl StatHabits {
         if !job.is_some_and(|j| callers.statting_jobs.contains(&j)) {
             return false;
         }
-        let habit = callers.habit(pid);
+        let Some(habit) = callers.by_pid.get_mut(&pid) else {
+            return false;
+        };
         let reads = habit.trial_dir.is_none_or(|d| d == dir || habit.read_since);
         if reads && habit.trial_dir != Some(dir) {
             habit.trial_dir = Some(dir);

@@ -216,9 +216,10 @@ fn without_opens_a_corrupt_packed_blob_fails_its_first_read_and_every_read_after
 
 /// A caller that reads on through a directory is pushed the next small
 /// files into the kernel's page cache (push_ahead.rs): each reads back as
-/// committed, whatever its size (under a page, a page exactly, several, a
-/// partial last page); a corrupt one among them is not pushed and its read
-/// is EIO, and the files after it are pushed all the same.
+/// committed, whatever its size (under a page, a page exactly, a partial
+/// second page; the larger ones, not pushed, between them); a corrupt one
+/// among them is not pushed and its read is EIO, and the files after it
+/// are pushed all the same.
 #[test]
 fn files_pushed_ahead_are_the_committed_bytes_and_a_corrupt_one_stays_eio() {
     let sc = Scratch::new();
