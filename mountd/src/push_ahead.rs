@@ -281,11 +281,12 @@ impl Job {
         } else {
             self.after.clone()
         };
-        let Some((rows, last, ended)) = self.next_rows(&start) else {
+        let limit = (self.left as usize).min(BATCH);
+        let Some((rows, last, ended)) = self.next_rows(&start, limit) else {
             return false;
         };
         for (row, pos) in rows {
-            if self.left == 0 || *lock(&self.progress.reader_at) >= row.name {
+            if *lock(&self.progress.reader_at) >= row.name {
                 continue;
             }
             match self.push(store, notifier, &row, pos) {
@@ -311,10 +312,10 @@ impl Job {
         !ended && self.left > 0
     }
 
-    /// The pushable entries of the batch after `start`, the last name
-    /// looked at, and whether the directory ended; `None` if the
-    /// directory cannot be read.
-    fn next_rows(&self, start: &[u8]) -> Option<(Vec<(Row, RowPos)>, Vec<u8>, bool)> {
+    /// Up to `limit` pushable entries after `start`, the last name looked
+    /// at, and whether the directory ended; `None` if the directory cannot
+    /// be read.
+    fn next_rows(&self, start: &[u8], limit: usize) -> Option<(Vec<(Row, RowPos)>, Vec<u8>, bool)> {
         let mut rows = Vec::new();
         let mut last = start.to_vec();
         let mut seen = 0;
@@ -325,7 +326,7 @@ impl Job {
             if pushable(row) {
                 rows.push((row.clone(), pos));
             }
-            let full = rows.len() >= BATCH || seen >= SCAN;
+            let full = rows.len() >= limit || seen >= SCAN;
             ended = !full;
             full
         });
