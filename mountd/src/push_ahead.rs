@@ -126,6 +126,15 @@ struct Job {
     progress: Arc<Progress>,
 }
 
+/// The next entries of a job's directory to push.
+struct Batch {
+    rows: Vec<(Row, RowPos)>,
+    /// The last name looked at.
+    last: Vec<u8>,
+    /// The directory has no entry after `last`.
+    ended: bool,
+}
+
 /// What the daemon remembers of one caller's reads.
 struct Trail {
     /// Slot base and path of the directory of its last first-read.
@@ -282,7 +291,7 @@ impl Job {
             self.after.clone()
         };
         let limit = (self.left as usize).min(BATCH);
-        let Some((rows, last, ended)) = self.next_rows(&start, limit) else {
+        let Some(Batch { rows, last, ended }) = self.next_rows(&start, limit) else {
             return false;
         };
         for (row, pos) in rows {
@@ -312,10 +321,9 @@ impl Job {
         !ended && self.left > 0
     }
 
-    /// Up to `limit` pushable entries after `start`, the last name looked
-    /// at, and whether the directory ended; `None` if the directory cannot
-    /// be read.
-    fn next_rows(&self, start: &[u8], limit: usize) -> Option<(Vec<(Row, RowPos)>, Vec<u8>, bool)> {
+    /// Up to `limit` pushable entries after `start`; `None` if the
+    /// directory cannot be read.
+    fn next_rows(&self, start: &[u8], limit: usize) -> Option<Batch> {
         let mut rows = Vec::new();
         let mut last = start.to_vec();
         let mut seen = 0;
@@ -330,7 +338,7 @@ impl Job {
             ended = !full;
             full
         });
-        visited.ok().map(|()| (rows, last, ended))
+        visited.ok().map(|()| Batch { rows, last, ended })
     }
 
     /// Read, verify and push one file. A file that cannot be read is
