@@ -145,7 +145,7 @@ struct Trail {
     window: u32,
     /// The push of that directory, if one started.
     job: Option<Arc<Progress>>,
-    /// The caller's previous directory was pushed.
+    /// The kernel took pushes of the caller's previous directory.
     carried: bool,
 }
 
@@ -187,31 +187,8 @@ impl PushAhead {
         let trail = trails
             .entry(caller)
             .or_insert_with(|| Trail::new(dir.clone(), false));
-        if trail.dir != dir {
-            let pushed = trail
-                .job
-                .as_ref()
-                .is_some_and(|p| p.taken.load(Ordering::Acquire));
-            *trail = Trail::new(dir, pushed);
-        }
-        trail.reads += 1;
-        match &trail.job {
-            Some(p) if !p.done.load(Ordering::Acquire) => {
-                let mut at = lock(&p.reader_at);
-                if row.name > *at {
-                    *at = row.name.clone();
-                }
-                return;
-            }
-            Some(p) => {
-                let passed = row.name > *lock(&p.pushed_through);
-                if p.exhausted.load(Ordering::Acquire) || !passed {
-                    return;
-                }
-                trail.window = (trail.window * 2).min(MAX_WINDOW);
-            }
-            None if trail.reads < 2 && !trail.carried => return,
-            None => {}
+        if !trail.read(dir, &row.name) {
+            return;
         }
         let progress = Arc::new(Progress::default());
         *lock(&progress.reader_at) = row.name.clone();
@@ -239,6 +216,37 @@ impl Trail {
             job: None,
             carried,
         }
+    }
+
+    /// The caller read the start of file `name` of directory `dir`:
+    /// whether a push of what follows it is to start now. A push under way
+    /// learns where the reader is instead; after one, the reader reading
+    /// past what it pushed doubles the window.
+    fn read(&mut self, dir: (u64, Vec<u8>), name: &[u8]) -> bool {
+        if self.dir != dir {
+            let taken = self
+                .job
+                .as_ref()
+                .is_some_and(|p| p.taken.load(Ordering::Acquire));
+            *self = Trail::new(dir, taken);
+        }
+        self.reads += 1;
+        let Some(p) = &self.job else {
+            return self.reads >= 2 || self.carried;
+        };
+        if !p.done.load(Ordering::Acquire) {
+            let mut at = lock(&p.reader_at);
+            if name > at.as_slice() {
+                *at = name.to_vec();
+            }
+            return false;
+        }
+        let passed = name > lock(&p.pushed_through).as_slice();
+        if p.exhausted.load(Ordering::Acquire) || !passed {
+            return false;
+        }
+        self.window = (self.window * 2).min(MAX_WINDOW);
+        true
     }
 }
 
