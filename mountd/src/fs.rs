@@ -1091,13 +1091,16 @@ impl Filesystem for StrataFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let handle = match self.guarded("read", || self.handle(ino, fh)) {
+        let handle = self.guarded("read", || {
+            if offset == 0 {
+                self.habits.read(req.pid());
+            }
+            self.handle(ino, fh)
+        });
+        let handle = match handle {
             Ok(h) => h,
             Err(e) => return reply.error(e),
         };
-        if offset == 0 {
-            self.habits.read(req.pid());
-        }
         let Err(reply) = splice_file(&handle, offset, size, reply) else {
             self.stats.spliced_reads.fetch_add(1, Ordering::Relaxed);
             return;
@@ -1107,7 +1110,11 @@ impl Filesystem for StrataFs {
             Err(e) => return reply.error(e),
         }
         if offset == 0 {
-            self.push_after(req.pid(), ino, &handle);
+            // The reply is sent: a panic here only costs the push.
+            let _ = guarded("push-ahead", || {
+                self.push_after(req.pid(), ino, &handle);
+                Ok(())
+            });
         }
     }
 

@@ -230,7 +230,7 @@ impl Trail {
                 .is_some_and(|p| p.taken.load(Ordering::Acquire));
             *self = Trail::new(dir, taken);
         }
-        self.reads += 1;
+        self.reads = self.reads.saturating_add(1);
         let Some(p) = &self.job else {
             return self.reads >= 2 || self.carried;
         };
