@@ -11,6 +11,7 @@ mod control;
 mod error;
 mod fs;
 mod gen;
+mod host_idle;
 mod inode_reads;
 mod inode_set;
 mod listing_cache;
@@ -302,6 +303,9 @@ fn run(args: Args) -> Result<(), DaemonError> {
             source,
         })?;
     info!("serving {} at {}", root.display(), mountpoint.display());
+    if let Some(advice) = host_idle::halt_polling_advice(Path::new("/sys")) {
+        info!("{advice}");
+    }
     notify::notify(&format!("READY=1\nMAINPID={}", std::process::id()));
     let served = session_ended(session.run());
     let _ = std::fs::remove_file(&socket);
