@@ -39,20 +39,7 @@ cat "$WORK/mnt/b/latest/media/big.bin" >/dev/null
 mapfile -t TOPS < <(cd "$WORK/tree" && ls | sort)
 declare -A DIR=([native]="$WORK/tree" [strata]="$WORK/mnt/b/latest")
 
-cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-now() { date +%s.%N; }
-since() { printf '%.2f' "$(echo "$(now) - $1" | bc)"; }
 cpu() { awk '{print ($14 + $15) / 100}' "/proc/$PID/stat"; }
-par8() {
-    local d=$1 i j pids=()
-    for i in 0 1 2 3 4 5 6 7; do
-        (for ((j = i; j < ${#TOPS[@]}; j += 8)); do
-            grep -r -q needle-not-there "$d/${TOPS[j]}" || true
-        done) &
-        pids+=($!)
-    done
-    wait "${pids[@]}"
-}
 printf '| round | guest_halt_poll_ns | target | ls -lR | daemon CPU | 8 greps | daemon CPU |\n|---|---|---|---|---|---|---|\n'
 for r in $(seq "$ROUNDS"); do
     order="$POLLS"
@@ -62,7 +49,7 @@ for r in $(seq "$ROUNDS"); do
         for t in native strata; do
             d=${DIR[$t]}
             cold; c0=$(cpu); s=$(now); ls -lR "$d/" >/dev/null; l=$(since "$s"); c1=$(cpu)
-            cold; s=$(now); par8 "$d"; g=$(since "$s"); c2=$(cpu)
+            cold; g=$(par8 "$d" "$WORK" | awk -F" [|] " '{print $3}'); c2=$(cpu)
             if [ "$t" = native ]; then
                 printf '| %s | %s | %s | %s | - | %s | - |\n' "$r" "$poll" "$t" "$l" "$g"
             else

@@ -52,7 +52,6 @@ run() {
 }
 catf() { cat "$1" >/dev/null; }
 export -f catf
-cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 size() { du -sb "$1" | cut -f1; }
 mib() { awk -v a="$1" 'BEGIN { printf "%.1f", a / 1048576 }'; }
 div() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }

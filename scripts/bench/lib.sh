@@ -10,6 +10,35 @@ need() {
     done
 }
 
+# cold — drop the page, dentry and inode caches.
+cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+now() { date +%s.%N; }
+# since START — seconds since START (a `now`), two decimals.
+since() { printf '%.2f' "$(echo "$(now) - $1" | bc)"; }
+
+# par8 DIR WORK — 8 `grep -r` at once over DIR's top-level entries listed
+# in the array TOPS (every 8th each, from the mixed tree); prints
+# "media_s | others_s | all_s": when the lane holding `media/` finished its
+# `media/` part, when the other seven lanes finished, and when all did.
+par8() {
+    local d=$1 work=$2 i j pids=() start media_lane
+    start=$(now)
+    for i in 0 1 2 3 4 5 6 7; do
+        (for ((j = i; j < ${#TOPS[@]}; j += 8)); do
+            grep -r -q needle-not-there "$d/${TOPS[j]}" || true
+            [ "${TOPS[j]}" = media ] && echo "media $(since "$start")" >> "$work/lanes"
+        done
+        echo "lane$i $(since "$start")" >> "$work/lanes") &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    media_lane=$(grep -n '^media$' <(printf '%s\n' "${TOPS[@]}") | cut -d: -f1)
+    media_lane=$(((media_lane - 1) % 8))
+    awk -v m="lane$media_lane" '$1 == "media" {media = $2} $1 ~ /^lane/ {if ($2 > all) all = $2; if ($1 != m && $2 > others) others = $2}
+        END {printf "%.2f | %.2f | %.2f", media, others, all}' "$work/lanes"
+    rm -f "$work/lanes"
+}
+
 # committed_tree STRATA KIND WORK — generate the KIND tree (gentree.py) in
 # WORK/tree and commit it as set `b` of the store WORK/st, unless WORK
 # already holds that tree (marked by WORK/tree.done).

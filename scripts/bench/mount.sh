@@ -90,7 +90,6 @@ t() {
     [ "$rc" = 0 ] || echo "failed: $*" >&2
     cat "$WORK/t.out"
 }
-cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # m MODE CMD... : cold = drop caches first; warm = run once untimed first
 m() {
     local mode="$1"; shift

@@ -42,35 +42,12 @@ until mountpoint -q "$WORK/mnt-A" && mountpoint -q "$WORK/mnt-B"; do sleep 0.05;
 for t in A B; do cat "${DIR[$t]}/media/big.bin" >/dev/null; done
 mapfile -t TOPS < <(cd "$WORK/tree" && ls | sort)
 
-cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-now() { date +%s.%N; }
-since() { printf '%.2f' "$(echo "$(now) - $1" | bc)"; }
 # cpu TARGET: the daemon's CPU seconds so far (0 for native)
 cpu() {
     [ "$1" = native ] && { echo 0; return; }
     awk '{print ($14 + $15) / 100}' "/proc/${PID[$1]}/stat"
 }
 secs() { /usr/bin/time -f %e -o "$WORK/t.out" "$@" >/dev/null 2>&1 || true; cat "$WORK/t.out"; }
-# par8 DIR: prints "media_s others_s all_s"
-par8() {
-    local d=$1 i j pids=() start
-    start=$(now)
-    for i in 0 1 2 3 4 5 6 7; do
-        (for ((j = i; j < ${#TOPS[@]}; j += 8)); do
-            grep -r -q needle-not-there "$d/${TOPS[j]}" || true
-            [ "${TOPS[j]}" = media ] && echo "media $(since "$start")" >> "$WORK/lanes"
-        done
-        echo "lane$i $(since "$start")" >> "$WORK/lanes") &
-        pids+=($!)
-    done
-    wait "${pids[@]}"
-    local media_lane
-    media_lane=$(grep -n '^media$' <(printf '%s\n' "${TOPS[@]}") | cut -d: -f1)
-    media_lane=$(((media_lane - 1) % 8))
-    awk -v m="lane$media_lane" '$1 == "media" {media = $2} $1 ~ /^lane/ {if ($2 > all) all = $2; if ($1 != m && $2 > others) others = $2}
-        END {printf "%.2f | %.2f | %.2f", media, others, all}' "$WORK/lanes"
-    rm -f "$WORK/lanes"
-}
 printf '| round | target | cat 512 MiB | daemon CPU | 8 greps: media/ done | other 7 lanes done | all done | ls -lR |\n|---|---|---|---|---|---|---|---|\n'
 for r in $(seq "$ROUNDS"); do
     order="native A B"
@@ -78,7 +55,7 @@ for r in $(seq "$ROUNDS"); do
     for t in $order; do
         d=${DIR[$t]}
         cold; c0=$(cpu "$t"); c=$(secs cat "$d/media/big.bin"); c1=$(cpu "$t")
-        cold; p=$(par8 "$d")
+        cold; p=$(par8 "$d" "$WORK")
         cold; l=$(secs ls -lR "$d")
         printf '| %s | %s | %s | %s | %s | %s |\n' "$r" "$t" "$c" "$(echo "$c1 - $c0" | bc)" "$p" "$l"
     done

@@ -30,7 +30,6 @@ trap '"$ROOT/scripts/s3-server.sh" stop "$WORK/server"' EXIT
 TREE="$WORK/tree"
 ST="$WORK/store"
 RESULTS="$WORK/restore-results.md"
-cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # The store's content-named object directories that exist.
 objdirs() { for d in manifests segments packs blobs chunks chunklists; do [ -d "$ST/$d" ] && echo "$ST/$d"; done; }
 count_objects() { find $(objdirs) -type f | wc -l; }

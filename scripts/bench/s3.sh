@@ -42,7 +42,6 @@ if [ "$(cat "$WORK/tree.done" 2>/dev/null)" != "$KIND" ]; then
 fi
 
 secs() { /usr/bin/time -f "%e" -o "$WORK/t.out" "$@" >/dev/null 2>"$WORK/err.out" || { cat "$WORK/err.out" >&2; exit 1; }; cat "$WORK/t.out"; }
-cold() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 requests() { # total remote requests of the mounted daemon
     "$STRATA" "${S3[@]}" status --json | python3 -c '
 import json, sys
