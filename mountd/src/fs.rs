@@ -946,6 +946,9 @@ impl Filesystem for StrataFs {
             self.passthrough = true;
         }
         let _ = config.set_max_readahead(1 << 20);
+        // Nothing is written to a read-only mount; this also bounds the
+        // payload each FUSE ring entry must offer (`--io-uring`).
+        let _ = config.set_max_write(1 << 20);
         // The kernel keeps each inode's POSIX ACLs (asked once, through
         // getxattr, then cached: `ls -l` asks for every file it lists) and
         // checks access against them, as on the committed tree.

@@ -79,6 +79,12 @@ struct Args {
     /// (a cold `ls -lR` then costs no round trip per file; docs/BENCHMARKS.md)
     #[arg(long)]
     no_acl: bool,
+    /// Take every request through `/dev/fuse`, even when the kernel offers
+    /// FUSE over io_uring (Linux 6.14+ with the `fuse` module's
+    /// `enable_uring` set), whose per-CPU queues are used by default: each
+    /// request is answered on the CPU that asked (docs/OPERATIONS.md)
+    #[arg(long)]
+    no_io_uring: bool,
     /// Do not fold deltas into new bases on the daemon's own initiative
     #[arg(long)]
     no_materialize: bool,
@@ -232,6 +238,7 @@ fn run(args: Args) -> Result<(), DaemonError> {
     ];
     config.n_threads = Some(args.threads.max(1));
     config.clone_fd = true;
+    config.io_uring = !args.no_io_uring;
     let policy = worker::Policy {
         enabled: !args.no_materialize,
         ratio: args.materialize_ratio,

@@ -480,6 +480,42 @@ fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
     );
 }
 
+/// Whether the kernel offers FUSE over io_uring to new mounts (the CI
+/// script runs this file once with the setting off and once with it on).
+fn uring_offered() -> bool {
+    fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| matches!(v.trim(), "Y" | "1"))
+}
+
+/// Mount, compare everything with the committed tree (`diff -r`, which
+/// reads every file, and a large file's bytes), stop; the daemon's log.
+fn served_log(sc: &Scratch, args: &[&str]) -> String {
+    let mut m = sc.mount_with(args);
+    diff_r(&sc.src, &sc.mnt.join("s/latest/"));
+    let big = fs::read(sc.mnt.join("s/latest/big.bin")).unwrap();
+    assert!(big == noise(5, 3 << 20), "the large file's bytes");
+    m.signal(libc::SIGTERM);
+    let (status, err) = m.wait();
+    assert!(status.success(), "clean exit: {err}");
+    err
+}
+
+#[test]
+fn requests_come_over_io_uring_when_the_kernel_offers_it_and_dev_fuse_otherwise() {
+    let sc = Scratch::new();
+    rich_tree(&sc.src, 1);
+    write(&sc.src, "big.bin", &noise(5, 3 << 20));
+    sc.commit("s");
+    let log = served_log(&sc, &[]);
+    if uring_offered() {
+        assert!(log.contains("FUSE over io_uring: "), "{log}");
+    } else {
+        assert!(log.contains("does not offer FUSE over io_uring"), "{log}");
+    }
+    let log = served_log(&sc, &["--no-io-uring"]);
+    assert!(!log.contains("io_uring"), "{log}");
+}
+
 /// `f.txt` ("content") committed to set `s` and served by a new mount.
 fn one_file_mounted(sc: &Scratch) -> Mount {
     write(&sc.src, "f.txt", b"content");
@@ -522,9 +558,21 @@ fn after_sigkill_the_old_pins_are_unheld_and_a_fresh_mount_works() {
     }
     assert!(strata::pin::list(&sc.store).unwrap().is_empty());
     // Pages the kernel keeps (immutable content) may still be read; any
-    // question to the dead daemon fails.
-    let dead = fs::metadata(sc.mnt.join("s/latest/never-looked-up")).unwrap_err();
-    assert_eq!(dead.raw_os_error(), Some(libc::ENOTCONN), "{dead}");
+    // question to the dead daemon fails: ENOTCONN once the kernel has
+    // closed the connection; over io_uring, a question queued while the
+    // kernel tears the dead daemon's ring down ends ECONNABORTED first.
+    let ask = || fs::metadata(sc.mnt.join("s/latest/never-looked-up")).unwrap_err();
+    let dead = ask();
+    assert!(
+        matches!(
+            dead.raw_os_error(),
+            Some(libc::ENOTCONN | libc::ECONNABORTED)
+        ),
+        "{dead}"
+    );
+    wait_for("the connection to close", || {
+        ask().raw_os_error() == Some(libc::ENOTCONN)
+    });
     let _fresh = sc.mount();
     wait_for("the fresh daemon to replace the dead mount", || {
         fs::metadata(sc.mnt.join("s/latest/never-looked-up"))

@@ -102,6 +102,8 @@ mod request_param;
 mod session;
 mod splice;
 mod time;
+#[cfg(target_os = "linux")]
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

@@ -36,9 +36,11 @@ use crate::passthrough::BackingId;
 use zerocopy::IntoBytes as _;
 
 /// Generic reply callback to send data
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    #[cfg(target_os = "linux")]
+    Uring(crate::uring::UringSender),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -50,6 +52,8 @@ impl ReplySender {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(sender) => sender.send(data),
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -65,6 +69,8 @@ impl ReplySender {
     fn splice(&self, header: &[u8], file: BorrowedFd<'_>, offset: u64, len: usize) -> bool {
         match self {
             ReplySender::Channel(sender) => sender.splice(header, file, offset, len),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(sender) => sender.splice(header, file, offset, len),
             #[cfg(test)]
             ReplySender::Assert(_) | ReplySender::Sync(_) => false,
         }
@@ -74,6 +80,8 @@ impl ReplySender {
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(sender) => sender.open_backing(fd),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -85,6 +93,8 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(sender) => unsafe { sender.wrap_backing(id) },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -94,7 +104,7 @@ impl ReplySender {
 }
 
 #[cfg(test)]
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct AssertSender {
     expected: Vec<u8>,
 }
@@ -836,7 +846,8 @@ impl ReplyDirectoryPlus {
         name: T,
     ) -> bool {
         let name = std::os::unix::ffi::OsStrExt::as_bytes(name.as_ref());
-        self.buf.push_unlinked(ino, DirEntOffset(offset), kind, name)
+        self.buf
+            .push_unlinked(ino, DirEntOffset(offset), kind, name)
     }
 
     /// Reply to a request with the filled directory buffer

@@ -139,6 +139,10 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// The payload each FUSE ring entry offers, when the kernel agreed to
+    /// serve requests over io_uring (`Config::io_uring`).
+    #[cfg(target_os = "linux")]
+    uring_payload: Option<usize>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +190,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            #[cfg(target_os = "linux")]
+            uring_payload: None,
         };
 
         session.handshake()?;
@@ -214,6 +220,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            #[cfg(target_os = "linux")]
+            uring_payload: None,
         };
 
         session.handshake()?;
@@ -252,6 +260,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            #[cfg(target_os = "linux")]
+            uring_payload,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -263,11 +273,29 @@ impl<FS: Filesystem> Session<FS> {
             ));
         }
 
+        let mut filesystem = Arc::new(filesystem);
+        let mut threads = Vec::with_capacity(n_threads);
+        // With the kernel's queues served, `/dev/fuse` carries only forgets,
+        // interrupts and what came before every queue had an entry.
+        #[cfg(target_os = "linux")]
+        let n_threads = match uring_payload {
+            Some(payload_len) => {
+                let served = crate::uring::start(
+                    &ch,
+                    &filesystem,
+                    (allowed, session_owner),
+                    payload_len,
+                    n_threads,
+                    &mut threads,
+                )?;
+                if served { 1 } else { n_threads }
+            }
+            None => n_threads,
+        };
+
         let Some(n_threads_minus_one) = n_threads.checked_sub(1) else {
             return Err(io::Error::other("n_threads"));
         };
-
-        let mut filesystem = Arc::new(filesystem);
 
         let mut channels = Vec::with_capacity(n_threads);
 
@@ -287,8 +315,6 @@ impl<FS: Filesystem> Session<FS> {
             }
         }
         channels.push(ch);
-
-        let mut threads = Vec::with_capacity(n_threads);
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -429,6 +455,20 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            #[cfg(target_os = "linux")]
+            if self.config.io_uring {
+                self.uring_payload = config
+                    .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                    .is_ok()
+                    .then(|| crate::uring::payload_len(config.max_write, config.max_pages()));
+                if self.uring_payload.is_none() {
+                    info!(
+                        "the kernel does not offer FUSE over io_uring (Linux 6.14+ with the \
+                         fuse module's enable_uring set); serving through /dev/fuse"
+                    );
+                }
+            }
+
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
@@ -530,7 +570,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
+                Ok(size) => match RequestWithSender::new(
+                    ReplySender::Channel(self.ch.sender()),
+                    &buf[..size],
+                ) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {

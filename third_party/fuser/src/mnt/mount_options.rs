@@ -18,6 +18,10 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Ask the kernel to send requests over io_uring, through one queue per
+    /// CPU (Linux 6.14+, with the `fuse` module's `enable_uring` set). The
+    /// session falls back to `/dev/fuse` when the kernel declines.
+    pub io_uring: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
