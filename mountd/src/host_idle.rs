@@ -9,8 +9,18 @@
 //! 1.25-1.36x with it at 200 µs (`scripts/bench/halt-poll.sh`,
 //! docs/BENCHMARKS.md, docs/OPERATIONS.md).
 //!
-//! The setting belongs to the machine's operator, not to a file system
-//! daemon: this module only reads it, and `main` logs the advice once.
+//! FUSE over io_uring answers each request on the CPU that asked, so a
+//! caller waiting on one round trip after another stays on its CPU and
+//! wakes nothing idle (a cold `ls -lR` at native speed), but only while
+//! the scheduler keeps the caller there. With session autogroups
+//! (`kernel.sched_autogroup_enabled`, on in Debian's kernels), a daemon
+//! started in its own session (`strata mount`, a service) and a reader in
+//! another are scheduled as separate groups, and the woken reader is moved
+//! to the other, idle CPU at every answer: the walk then costs what it
+//! costs through `/dev/fuse` (measured in docs/BENCHMARKS.md).
+//!
+//! Both settings belong to the machine's operator, not to a file system
+//! daemon: this module only reads them, and `main` logs the advice once.
 
 use std::path::Path;
 
@@ -18,6 +28,10 @@ use std::path::Path;
 const DRIVER: &str = "devices/system/cpu/cpuidle/current_driver";
 /// How long the `haltpoll` driver polls before it halts, under `/sys`.
 const POLL_NS: &str = "module/haltpoll/parameters/guest_halt_poll_ns";
+/// Whether the kernel offers FUSE over io_uring to new mounts, under `/sys`.
+const URING: &str = "module/fuse/parameters/enable_uring";
+/// Whether each session's tasks are scheduled as a group, under `/proc`.
+const AUTOGROUP: &str = "sys/kernel/sched_autogroup_enabled";
 
 /// The advice to log when the host under `sys` (normally `/sys`) halts its
 /// idle CPUs without polling first; `None` when it polls or is not such a
@@ -38,13 +52,38 @@ pub(crate) fn halt_polling_advice(sys: &Path) -> Option<String> {
     ))
 }
 
+/// The advice to log when this daemon takes requests over io_uring (the
+/// kernel under `sys` offers it and `uring` asks for it) while the kernel
+/// under `proc` schedules each session as a group; `None` otherwise.
+pub(crate) fn autogroup_advice(sys: &Path, proc: &Path, uring: bool) -> Option<String> {
+    let offered = std::fs::read_to_string(sys.join(URING)).ok()?;
+    let grouped = std::fs::read_to_string(proc.join(AUTOGROUP)).ok()?;
+    if !uring || !matches!(offered.trim(), "Y" | "1") || grouped.trim() != "1" {
+        return None;
+    }
+    Some(format!(
+        "requests come over io_uring, answered on the CPU that asked, but \
+         this kernel schedules each session as a group ({} is 1): a reader \
+         in another session than this daemon's is moved to another CPU at \
+         every answer, and cold metadata walks lose most of the gain. \
+         Writing 0 there (as root) keeps readers where they are; see \
+         docs/OPERATIONS.md",
+        proc.join(AUTOGROUP).display()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn host(driver: Option<&str>, poll_ns: Option<&str>) -> tempfile::TempDir {
+        files(&[(DRIVER, driver), (POLL_NS, poll_ns)])
+    }
+
+    /// A directory holding each named file with its value, if any.
+    fn files(values: &[(&str, Option<&str>)]) -> tempfile::TempDir {
         let sys = tempfile::tempdir().unwrap();
-        for (file, value) in [(DRIVER, driver), (POLL_NS, poll_ns)] {
+        for &(file, value) in values {
             if let Some(v) = value {
                 let path = sys.path().join(file);
                 std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -75,6 +114,31 @@ mod tests {
                 halt_polling_advice(sys.path()),
                 None,
                 "{driver:?} {poll_ns:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_ring_with_session_groups_is_told_which_setting_to_change() {
+        let sys = files(&[(URING, Some("Y")), (AUTOGROUP, Some("1"))]);
+        let advice = autogroup_advice(sys.path(), sys.path(), true).expect("advice");
+        assert!(advice.contains(&sys.path().join(AUTOGROUP).display().to_string()));
+    }
+
+    #[test]
+    fn no_ring_or_no_session_groups_gets_no_advice() {
+        for (uring, offered, grouped) in [
+            (false, Some("Y"), Some("1")),
+            (true, Some("N"), Some("1")),
+            (true, Some("Y"), Some("0")),
+            (true, None, Some("1")),
+            (true, Some("Y"), None),
+        ] {
+            let sys = files(&[(URING, offered), (AUTOGROUP, grouped)]);
+            assert_eq!(
+                autogroup_advice(sys.path(), sys.path(), uring),
+                None,
+                "{uring} {offered:?} {grouped:?}"
             );
         }
     }

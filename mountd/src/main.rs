@@ -313,6 +313,11 @@ fn run(args: Args) -> Result<(), DaemonError> {
     if let Some(advice) = host_idle::halt_polling_advice(Path::new("/sys")) {
         info!("{advice}");
     }
+    let uring = !args.no_io_uring;
+    if let Some(advice) = host_idle::autogroup_advice(Path::new("/sys"), Path::new("/proc"), uring)
+    {
+        info!("{advice}");
+    }
     notify::notify(&format!("READY=1\nMAINPID={}", std::process::id()));
     let served = session_ended(session.run());
     let _ = std::fs::remove_file(&socket);
