@@ -11,7 +11,7 @@ mod control;
 mod error;
 mod fs;
 mod gen;
-mod host_idle;
+mod host_sched;
 mod inode_reads;
 mod inode_set;
 mod listing_cache;
@@ -62,9 +62,11 @@ struct Args {
     /// their pages, reads reach the daemon by inode (no round trip per
     /// open; large files are read through the daemon); `each`, every open
     /// reaches the daemon and large local files are served by kernel
-    /// passthrough. `--verify always` implies `each`.
-    #[arg(long, value_enum, default_value = "none")]
-    opens: fs::OpenMode,
+    /// passthrough; `auto`, `each` when answers stay on the CPU that asked
+    /// (FUSE over io_uring, sessions not scheduled as groups), else `none`.
+    /// `--verify always` implies `each`.
+    #[arg(long, value_enum, default_value = "auto")]
+    opens: Opens,
     /// Budget of assembled copies of chunked files served by passthrough,
     /// e.g. 2G (0: serve chunked files by FUSE reads only)
     #[arg(long, value_parser = strata::storage::parse_size,
@@ -119,6 +121,43 @@ struct Args {
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     idle_shed_ms: u64,
     mountpoint: PathBuf,
+}
+
+/// `--opens`: a mode, or the host's choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Opens {
+    Auto,
+    None,
+    Each,
+}
+
+impl Opens {
+    /// The mode to serve with: `auto` is `each` when an open is a cheap
+    /// round trip (`host_sched::answers_on_asking_cpu`).
+    fn mode(self, uring: bool) -> fs::OpenMode {
+        match self {
+            Opens::None => fs::OpenMode::None,
+            Opens::Each => fs::OpenMode::Each,
+            Opens::Auto => {
+                let cheap =
+                    host_sched::answers_on_asking_cpu(Path::new("/sys"), Path::new("/proc"), uring);
+                let mode = if cheap {
+                    fs::OpenMode::Each
+                } else {
+                    fs::OpenMode::None
+                };
+                info!(
+                    "opens: {mode:?} ({})",
+                    if cheap {
+                        "answers stay on the asking CPU: opens are cheap, large files go by passthrough"
+                    } else {
+                        "no open round trips; large files are read through the daemon"
+                    }
+                );
+                mode
+            }
+        }
+    }
 }
 
 /// How often the latest generation of every set is re-read and pinned.
@@ -222,7 +261,7 @@ fn run(args: Args) -> Result<(), DaemonError> {
         stats.clone(),
         fs::Serving {
             verify: args.verify,
-            opens: args.opens,
+            opens: args.opens.mode(!args.no_io_uring),
             preserve_owner: args.preserve_owner,
             acls: !args.no_acl,
         },
@@ -310,11 +349,11 @@ fn run(args: Args) -> Result<(), DaemonError> {
             source,
         })?;
     info!("serving {} at {}", root.display(), mountpoint.display());
-    if let Some(advice) = host_idle::halt_polling_advice(Path::new("/sys")) {
+    if let Some(advice) = host_sched::halt_polling_advice(Path::new("/sys")) {
         info!("{advice}");
     }
     let uring = !args.no_io_uring;
-    if let Some(advice) = host_idle::autogroup_advice(Path::new("/sys"), Path::new("/proc"), uring)
+    if let Some(advice) = host_sched::autogroup_advice(Path::new("/sys"), Path::new("/proc"), uring)
     {
         info!("{advice}");
     }

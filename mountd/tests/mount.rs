@@ -202,7 +202,7 @@ fn without_opens_a_corrupt_packed_blob_fails_its_first_read_and_every_read_after
     write(&sc.src, "small.txt", &noise(3, 3000));
     sc.commit("s");
     flip_blob_byte(&sc.st, &sc.store, b"small.txt");
-    let m = sc.mount();
+    let m = sc.mount_with(&["--opens", "none"]);
     let path = m.point.join("s/latest/small.txt");
     for attempt in 0..2 {
         // The kernel opens the file on its own: the open succeeds and the
@@ -232,7 +232,7 @@ fn files_pushed_ahead_are_the_committed_bytes_and_a_corrupt_one_stays_eio() {
     }
     sc.commit("s");
     flip_blob_byte(&sc.st, &sc.store, b"d/f075");
-    let m = sc.mount();
+    let m = sc.mount_with(&["--opens", "none"]);
     let gen = m.point.join("s/latest");
     // Looked up first: the kernel takes a push only for an inode it holds.
     for (name, _) in &files {
@@ -261,7 +261,7 @@ fn pages_kept_across_opens_are_the_committed_content_after_latest_moves() {
     write(&sc.src, "f.txt", b"first content");
     write(&sc.src, "same.txt", b"unchanged");
     sc.commit("s");
-    let m = sc.mount();
+    let m = sc.mount_with(&["--opens", "none"]);
     let latest = m.point.join("s/latest");
     for _ in 0..3 {
         assert_eq!(fs::read(latest.join("f.txt")).unwrap(), b"first content");
@@ -1493,7 +1493,7 @@ fn spliced_reads_of_an_assembled_copy_are_the_committed_bytes() {
     write(&sc.src, "a.bin", &data);
     write(&sc.src, "b.bin", &data);
     sc.commit("s");
-    let m = sc.mount();
+    let m = sc.mount_with(&["--opens", "none"]);
     let gen = m.point.join("s/latest");
     // The first open reads chunks while the copy is assembled.
     assert_eq!(fs::read(gen.join("a.bin")).unwrap(), data);

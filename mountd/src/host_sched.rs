@@ -1,4 +1,6 @@
-//! The host's idle policy, read once at start. Every FUSE request is a
+//! How the host schedules a round trip, read once at start: its idle
+//! policy, whether the kernel offers FUSE over io_uring, and whether it
+//! schedules each session as a group. Every FUSE request is a
 //! round trip between the caller's thread and a worker of this daemon; when
 //! the side it wakes has gone idle, the wake-up costs what the CPU's idle
 //! state costs to leave. On a KVM guest whose cpuidle driver is `haltpoll`
@@ -19,7 +21,12 @@
 //! to the other, idle CPU at every answer: the walk then costs what it
 //! costs through `/dev/fuse` (measured in docs/BENCHMARKS.md).
 //!
-//! Both settings belong to the machine's operator, not to a file system
+//! When answers do stay on the asking CPU, an open costs little, and
+//! `--opens auto` takes `each` (large files by kernel passthrough, at
+//! native speed) rather than `none` (no open round trips, large files read
+//! through the daemon): `answers_on_asking_cpu`.
+//!
+//! These settings belong to the machine's operator, not to a file system
 //! daemon: this module only reads them, and `main` logs the advice once.
 
 use std::path::Path;
@@ -52,13 +59,31 @@ pub(crate) fn halt_polling_advice(sys: &Path) -> Option<String> {
     ))
 }
 
+/// Whether the kernel under `sys` offers FUSE over io_uring to new mounts.
+fn uring_offered(sys: &Path) -> bool {
+    std::fs::read_to_string(sys.join(URING)).is_ok_and(|v| matches!(v.trim(), "Y" | "1"))
+}
+
+/// Whether the kernel under `proc` schedules each session as a group
+/// (`None`: it cannot, having no autogroups).
+fn sessions_grouped(proc: &Path) -> Option<bool> {
+    let v = std::fs::read_to_string(proc.join(AUTOGROUP)).ok()?;
+    Some(v.trim() != "0")
+}
+
+/// Whether this daemon's answers stay on the CPU that asked, whoever asks:
+/// requests come over io_uring (`uring`: the daemon takes it, and the
+/// kernel under `sys` offers it) and the kernel under `proc` does not
+/// schedule sessions as groups.
+pub(crate) fn answers_on_asking_cpu(sys: &Path, proc: &Path, uring: bool) -> bool {
+    uring && uring_offered(sys) && sessions_grouped(proc) != Some(true)
+}
+
 /// The advice to log when this daemon takes requests over io_uring (the
 /// kernel under `sys` offers it and `uring` asks for it) while the kernel
 /// under `proc` schedules each session as a group; `None` otherwise.
 pub(crate) fn autogroup_advice(sys: &Path, proc: &Path, uring: bool) -> Option<String> {
-    let offered = std::fs::read_to_string(sys.join(URING)).ok()?;
-    let grouped = std::fs::read_to_string(proc.join(AUTOGROUP)).ok()?;
-    if !uring || !matches!(offered.trim(), "Y" | "1") || grouped.trim() != "1" {
+    if !uring || !uring_offered(sys) || sessions_grouped(proc) != Some(true) {
         return None;
     }
     Some(format!(
@@ -138,6 +163,25 @@ mod tests {
             assert_eq!(
                 autogroup_advice(sys.path(), sys.path(), uring),
                 None,
+                "{uring} {offered:?} {grouped:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn answers_stay_on_the_asking_cpu_only_over_a_ring_without_session_groups() {
+        for (uring, offered, grouped, stays) in [
+            (true, Some("Y"), Some("0"), true),
+            (true, Some("Y"), None, true),
+            (true, Some("Y"), Some("1"), false),
+            (true, Some("N"), Some("0"), false),
+            (true, None, Some("0"), false),
+            (false, Some("Y"), Some("0"), false),
+        ] {
+            let sys = files(&[(URING, offered), (AUTOGROUP, grouped)]);
+            assert_eq!(
+                answers_on_asking_cpu(sys.path(), sys.path(), uring),
+                stays,
                 "{uring} {offered:?} {grouped:?}"
             );
         }
