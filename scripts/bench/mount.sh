@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Mount benchmark: the same tree read through the native filesystem, a strata
-# mount (files opened by the kernel: `--opens none`, the default), a second
-# strata mount whose opens reach the daemon (`--opens each`: large files by
-# passthrough), optionally a third with `--no-acl` (target strata-noacl: no
-# ACL round trip per file in a cold ls -lR), squashfuse_ll on a squashfs
-# image of it, and `restic mount` of a restic snapshot of it, side by side
+# mount with the defaults (`--opens auto`: `none`, files opened by the
+# kernel, on a stock host; `each` where answers stay on the asking CPU, see
+# docs/OPERATIONS.md), a second strata mount whose opens reach the daemon
+# (`--opens each`: large files by passthrough), optionally a third with
+# `--no-acl` (target strata-noacl: no ACL round trip per file in a cold
+# ls -lR) and a fourth taking requests through /dev/fuse even where the
+# kernel offers FUSE over io_uring (target strata-dev: `--no-io-uring`),
+# squashfuse_ll on a squashfs image of it, and `restic mount` of a restic
+# snapshot of it, side by side
 # in one run, cold (page, dentry and inode caches dropped before each
 # command) and warm (each command run once untimed, then timed). Phases:
 # find, ls -lR, grep -r, cat of every file, 8 greps in parallel over
@@ -16,7 +20,7 @@
 #     wide1m:   1M small files in 1,000 directories (~3 GiB of disk)
 #   WORKDIR defaults to target/bench-mount-<tree>.
 #   TARGETS="native strata" measures only those (default: all but
-#   strata-noacl; the documented runs name theirs). ROUNDS=N measures
+#   strata-noacl and strata-dev; the documented runs name theirs). ROUNDS=N measures
 #   every target N times, the targets alternating within each round
 #   (default 1): on a shared machine cold figures drift, so compare medians.
 # Prints a Markdown table and writes it to WORKDIR/mount-results.md.
@@ -41,7 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 cleanup
-rm -rf "$WORK" && mkdir -p "$WORK"/mnt-strata "$WORK"/mnt-strata-each "$WORK"/mnt-strata-noacl "$WORK"/mnt-squash "$WORK"/mnt-restic
+rm -rf "$WORK" && mkdir -p "$WORK"/mnt-strata "$WORK"/mnt-strata-each "$WORK"/mnt-strata-noacl "$WORK"/mnt-strata-dev "$WORK"/mnt-squash "$WORK"/mnt-restic
 RESULTS="$WORK/mount-results.md"
 TREE="$WORK/$KIND"
 
@@ -62,6 +66,7 @@ start=$(date +%s.%N)
 ready_strata=$(echo "$(date +%s.%N) - $start" | bc)
 if has strata-each; then "$STRATA" --store "$WORK/store" mount --opens each "$WORK/mnt-strata-each" >/dev/null; fi
 if has strata-noacl; then "$STRATA" --store "$WORK/store" mount --no-acl "$WORK/mnt-strata-noacl" >/dev/null; fi
+if has strata-dev; then "$STRATA" --store "$WORK/store" mount --no-io-uring "$WORK/mnt-strata-dev" >/dev/null; fi
 if has squashfuse_ll; then squashfuse_ll "$WORK/tree.sqfs" "$WORK/mnt-squash"; fi
 ready_restic=0
 if has restic; then
@@ -77,6 +82,7 @@ declare -A DIRS=(
     [strata]="$WORK/mnt-strata/b/latest/"
     [strata-each]="$WORK/mnt-strata-each/b/latest/"
     [strata-noacl]="$WORK/mnt-strata-noacl/b/latest/"
+    [strata-dev]="$WORK/mnt-strata-dev/b/latest/"
     [squashfuse_ll]="$WORK/mnt-squash"
     [restic]="$WORK/mnt-restic/snapshots/latest$TREE"
 )
@@ -136,12 +142,13 @@ for round in $(seq "${ROUNDS:-1}"); do
     done
 done
 sleep 60
-for name in strata strata-each strata-noacl; do
+for name in strata strata-each strata-noacl strata-dev; do
     if has "$name"; then
         printf 'strata-mountd (%s) RSS idle a minute after the walks: %s\n' "$name" "$(rss "$name")" | tee -a "$RESULTS"
     fi
 done
 if has strata-each; then "$STRATA" --store "$WORK/store" unmount "$WORK/mnt-strata-each" >/dev/null; fi
 if has strata-noacl; then "$STRATA" --store "$WORK/store" unmount "$WORK/mnt-strata-noacl" >/dev/null; fi
+if has strata-dev; then "$STRATA" --store "$WORK/store" unmount "$WORK/mnt-strata-dev" >/dev/null; fi
 "$STRATA" --store "$WORK/store" unmount "$WORK/mnt-strata" >/dev/null
 echo "results: $RESULTS" >&2

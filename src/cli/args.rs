@@ -124,6 +124,11 @@ pub(crate) struct MountCmd {
     /// trip per file
     #[arg(long)]
     pub(crate) no_acl: bool,
+    /// Take every request through /dev/fuse, even where the kernel offers
+    /// FUSE over io_uring (Linux 6.14+ with the fuse module's enable_uring
+    /// set), whose per-CPU queues the daemon uses by default
+    #[arg(long)]
+    pub(crate) no_io_uring: bool,
     /// Budget of assembled copies of chunked files, served at native speed
     /// by passthrough (default 8G; 0: chunk reads only)
     #[arg(long, value_name = "SIZE", value_parser = strata::storage::parse_size)]

@@ -44,6 +44,7 @@ struct MountArgs<'a> {
     opens: &'a str,
     preserve_owner: bool,
     no_acl: bool,
+    no_io_uring: bool,
     /// Budget of assembled copies (`None`: the daemon's default).
     assembled_size: Option<u64>,
     no_materialize: bool,
@@ -68,6 +69,7 @@ pub(crate) fn mount_cmd(store_args: &StoreArgs, a: &MountCmd) -> Result<i32> {
         opens: &a.opens,
         preserve_owner: a.preserve_owner,
         no_acl: a.no_acl,
+        no_io_uring: a.no_io_uring,
         assembled_size: a.assembled_size,
         no_materialize: a.no_materialize,
         sweep_every: a.sweep_every,
@@ -97,6 +99,9 @@ fn mount(a: &MountArgs<'_>) -> Result<i32> {
     }
     if a.no_acl {
         cmd.arg("--no-acl");
+    }
+    if a.no_io_uring {
+        cmd.arg("--no-io-uring");
     }
     if a.no_materialize {
         cmd.arg("--no-materialize");
