@@ -31,17 +31,26 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 mkdir -p target
 # FUSE over io_uring (Linux 6.14+): the daemon takes its requests that way
-# when the kernel offers it, which the fuse module's enable_uring decides at
-# each mount. Everything runs with it off (the kernel's default), then the
-# mount tests and the soak again with it on; the setting is restored at exit.
+# where the kernel offers it (the fuse module's enable_uring, read at each
+# mount) and does not schedule sessions as groups (sched_autogroup_enabled).
+# Everything runs with the first off (the kernel's default), then the mount
+# tests and the soak again with it on and the second off; both settings are
+# restored at exit.
 URING=/sys/module/fuse/parameters/enable_uring
+AUTOGROUP=/proc/sys/kernel/sched_autogroup_enabled
 URING_WAS=$(cat "$URING" 2>/dev/null || true)
-uring() { [ -w "$URING" ] && echo "$1" > "$URING"; }
+AUTOGROUP_WAS=$(cat "$AUTOGROUP" 2>/dev/null || true)
+setting() { [ -w "$1" ] && echo "$2" > "$1"; }
+restore() {
+    [ -n "$URING_WAS" ] && setting "$URING" "$URING_WAS"
+    [ -n "$AUTOGROUP_WAS" ] && setting "$AUTOGROUP" "$AUTOGROUP_WAS"
+    true
+}
 # A private S3-compatible server on 127.0.0.1 (SeaweedFS from PyPI) for the
 # object-store tests; stopped when this script ends.
 eval "$(scripts/s3-server.sh start target/s3-server)"
-trap 'scripts/s3-server.sh stop target/s3-server; [ -n "$URING_WAS" ] && uring "$URING_WAS"' EXIT
-uring N || true
+trap 'scripts/s3-server.sh stop target/s3-server; restore' EXIT
+setting "$URING" N || true
 set +e
 # The vendored fuser's own unit tests (its ring buffers among them).
 CARGO_TARGET_DIR=target/fuser cargo test --manifest-path third_party/fuser/Cargo.toml --lib 2>&1 | tee target/test-output.log
@@ -56,7 +65,7 @@ STRATA_TEST_BACKEND=s3 cargo test --test store --test model 2>&1 | tee -a target
 scripts/soak --duration "${STRATA_SOAK_SECONDS:-120}" 2>&1 | tee target/soak-output.log
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 # The mount tests and the soak again, requests coming over io_uring.
-if uring Y; then
+if setting "$URING" Y && { [ ! -e "$AUTOGROUP" ] || setting "$AUTOGROUP" 0; }; then
     cargo test -p strata-mountd --test mount --no-fail-fast 2>&1 | tee -a target/test-output.log
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     cargo test --test cli 2>&1 | tee -a target/test-output.log

@@ -71,27 +71,35 @@ fn sessions_grouped(proc: &Path) -> Option<bool> {
     Some(v.trim() != "0")
 }
 
-/// Whether this daemon's answers stay on the CPU that asked, whoever asks:
-/// requests come over io_uring (`uring`: the daemon takes it, and the
-/// kernel under `sys` offers it) and the kernel under `proc` does not
-/// schedule sessions as groups.
-pub(crate) fn answers_on_asking_cpu(sys: &Path, proc: &Path, uring: bool) -> bool {
-    uring && uring_offered(sys) && sessions_grouped(proc) != Some(true)
+/// Whether to ask the kernel for FUSE over io_uring: unless declined
+/// (`--no-io-uring`), when the kernel under `proc` does not schedule
+/// sessions as groups. With groups, a reader in another session is moved
+/// off its CPU at every answer, and the ring's queues gain nothing while
+/// large reads through the daemon cost a copy more (docs/BENCHMARKS.md).
+pub(crate) fn take_uring(proc: &Path, declined: bool) -> bool {
+    !declined && sessions_grouped(proc) != Some(true)
 }
 
-/// The advice to log when this daemon takes requests over io_uring (the
-/// kernel under `sys` offers it and `uring` asks for it) while the kernel
-/// under `proc` schedules each session as a group; `None` otherwise.
-pub(crate) fn autogroup_advice(sys: &Path, proc: &Path, uring: bool) -> Option<String> {
-    if !uring || !uring_offered(sys) || sessions_grouped(proc) != Some(true) {
+/// Whether this daemon's answers stay on the CPU that asked, whoever asks:
+/// it takes FUSE over io_uring (`uring`, from `take_uring`) and the kernel
+/// under `sys` offers it.
+pub(crate) fn answers_on_asking_cpu(sys: &Path, uring: bool) -> bool {
+    uring && uring_offered(sys)
+}
+
+/// The advice to log when the kernel under `sys` offers FUSE over io_uring
+/// but the one under `proc` schedules each session as a group, so the
+/// daemon (unless `declined`) keeps to `/dev/fuse`; `None` otherwise.
+pub(crate) fn autogroup_advice(sys: &Path, proc: &Path, declined: bool) -> Option<String> {
+    if declined || !uring_offered(sys) || sessions_grouped(proc) != Some(true) {
         return None;
     }
     Some(format!(
-        "requests come over io_uring, answered on the CPU that asked, but \
-         this kernel schedules each session as a group ({} is 1): a reader \
-         in another session than this daemon's is moved to another CPU at \
-         every answer, and cold metadata walks lose most of the gain. \
-         Writing 0 there (as root) keeps readers where they are; see \
+        "the kernel offers FUSE over io_uring, but schedules each session as \
+         a group ({} is 1): a reader in another session than this daemon's \
+         would be moved to another CPU at every answer, so requests keep \
+         coming through /dev/fuse. Writing 0 there (as root) lets them come \
+         over io_uring and be answered on the CPU that asked; see \
          docs/OPERATIONS.md",
         proc.join(AUTOGROUP).display()
     ))
@@ -146,43 +154,45 @@ mod tests {
     #[test]
     fn a_ring_with_session_groups_is_told_which_setting_to_change() {
         let sys = files(&[(URING, Some("Y")), (AUTOGROUP, Some("1"))]);
-        let advice = autogroup_advice(sys.path(), sys.path(), true).expect("advice");
+        let advice = autogroup_advice(sys.path(), sys.path(), false).expect("advice");
         assert!(advice.contains(&sys.path().join(AUTOGROUP).display().to_string()));
+        assert!(!take_uring(sys.path(), false), "requests keep to /dev/fuse");
     }
 
     #[test]
     fn no_ring_or_no_session_groups_gets_no_advice() {
-        for (uring, offered, grouped) in [
-            (false, Some("Y"), Some("1")),
-            (true, Some("N"), Some("1")),
-            (true, Some("Y"), Some("0")),
-            (true, None, Some("1")),
-            (true, Some("Y"), None),
+        for (declined, offered, grouped) in [
+            (true, Some("Y"), Some("1")),
+            (false, Some("N"), Some("1")),
+            (false, Some("Y"), Some("0")),
+            (false, None, Some("1")),
+            (false, Some("Y"), None),
         ] {
             let sys = files(&[(URING, offered), (AUTOGROUP, grouped)]);
             assert_eq!(
-                autogroup_advice(sys.path(), sys.path(), uring),
+                autogroup_advice(sys.path(), sys.path(), declined),
                 None,
-                "{uring} {offered:?} {grouped:?}"
+                "{declined} {offered:?} {grouped:?}"
             );
         }
     }
 
     #[test]
     fn answers_stay_on_the_asking_cpu_only_over_a_ring_without_session_groups() {
-        for (uring, offered, grouped, stays) in [
-            (true, Some("Y"), Some("0"), true),
-            (true, Some("Y"), None, true),
-            (true, Some("Y"), Some("1"), false),
-            (true, Some("N"), Some("0"), false),
-            (true, None, Some("0"), false),
-            (false, Some("Y"), Some("0"), false),
+        for (declined, offered, grouped, stays) in [
+            (false, Some("Y"), Some("0"), true),
+            (false, Some("Y"), None, true),
+            (false, Some("Y"), Some("1"), false),
+            (false, Some("N"), Some("0"), false),
+            (false, None, Some("0"), false),
+            (true, Some("Y"), Some("0"), false),
         ] {
             let sys = files(&[(URING, offered), (AUTOGROUP, grouped)]);
+            let uring = take_uring(sys.path(), declined);
             assert_eq!(
-                answers_on_asking_cpu(sys.path(), sys.path(), uring),
+                answers_on_asking_cpu(sys.path(), uring),
                 stays,
-                "{uring} {offered:?} {grouped:?}"
+                "{declined} {offered:?} {grouped:?}"
             );
         }
     }

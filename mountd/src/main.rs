@@ -81,10 +81,11 @@ struct Args {
     /// (a cold `ls -lR` then costs no round trip per file; docs/BENCHMARKS.md)
     #[arg(long)]
     no_acl: bool,
-    /// Take every request through `/dev/fuse`, even when the kernel offers
-    /// FUSE over io_uring (Linux 6.14+ with the `fuse` module's
-    /// `enable_uring` set), whose per-CPU queues are used by default: each
-    /// request is answered on the CPU that asked (docs/OPERATIONS.md)
+    /// Take every request through `/dev/fuse`. By default the daemon takes
+    /// FUSE over io_uring when the kernel offers it (Linux 6.14+ with the
+    /// `fuse` module's `enable_uring` set) and does not schedule sessions
+    /// as groups: each request is then answered on the CPU that asked
+    /// (docs/OPERATIONS.md)
     #[arg(long)]
     no_io_uring: bool,
     /// Do not fold deltas into new bases on the daemon's own initiative
@@ -139,8 +140,7 @@ impl Opens {
             Opens::None => fs::OpenMode::None,
             Opens::Each => fs::OpenMode::Each,
             Opens::Auto => {
-                let cheap =
-                    host_sched::answers_on_asking_cpu(Path::new("/sys"), Path::new("/proc"), uring);
+                let cheap = host_sched::answers_on_asking_cpu(Path::new("/sys"), uring);
                 let mode = if cheap {
                     fs::OpenMode::Each
                 } else {
@@ -255,13 +255,14 @@ fn run(args: Args) -> Result<(), DaemonError> {
                 .map_err(DaemonError::Store)?,
         ),
     };
+    let uring = host_sched::take_uring(Path::new("/proc"), args.no_io_uring);
     let fs = fs::StrataFs::new(
         gens.clone(),
         args.set.clone(),
         stats.clone(),
         fs::Serving {
             verify: args.verify,
-            opens: args.opens.mode(!args.no_io_uring),
+            opens: args.opens.mode(uring),
             preserve_owner: args.preserve_owner,
             acls: !args.no_acl,
         },
@@ -277,7 +278,7 @@ fn run(args: Args) -> Result<(), DaemonError> {
     ];
     config.n_threads = Some(args.threads.max(1));
     config.clone_fd = true;
-    config.io_uring = !args.no_io_uring;
+    config.io_uring = uring;
     let policy = worker::Policy {
         enabled: !args.no_materialize,
         ratio: args.materialize_ratio,
@@ -352,8 +353,8 @@ fn run(args: Args) -> Result<(), DaemonError> {
     if let Some(advice) = host_sched::halt_polling_advice(Path::new("/sys")) {
         info!("{advice}");
     }
-    let uring = !args.no_io_uring;
-    if let Some(advice) = host_sched::autogroup_advice(Path::new("/sys"), Path::new("/proc"), uring)
+    if let Some(advice) =
+        host_sched::autogroup_advice(Path::new("/sys"), Path::new("/proc"), args.no_io_uring)
     {
         info!("{advice}");
     }

@@ -480,11 +480,15 @@ fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
     );
 }
 
-/// Whether the kernel offers FUSE over io_uring to new mounts (the CI
-/// script runs this file once with the setting off and once with it on).
-fn uring_offered() -> bool {
-    fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|v| matches!(v.trim(), "Y" | "1"))
+/// Whether the kernel offers FUSE over io_uring to new mounts, and whether
+/// it schedules each session as a group (the CI script runs this file once
+/// with the first off and once with it on and the second off).
+fn uring_host() -> (bool, bool) {
+    let on = |path: &str| fs::read_to_string(path).is_ok_and(|v| matches!(v.trim(), "Y" | "1"));
+    (
+        on("/sys/module/fuse/parameters/enable_uring"),
+        on("/proc/sys/kernel/sched_autogroup_enabled"),
+    )
 }
 
 /// Mount, compare everything with the committed tree (`diff -r`, which
@@ -501,19 +505,27 @@ fn served_log(sc: &Scratch, args: &[&str]) -> String {
 }
 
 #[test]
-fn requests_come_over_io_uring_when_the_kernel_offers_it_and_dev_fuse_otherwise() {
+fn requests_come_over_io_uring_where_answers_stay_on_the_asking_cpu_and_dev_fuse_otherwise() {
     let sc = Scratch::new();
     rich_tree(&sc.src, 1);
     write(&sc.src, "big.bin", &noise(5, 3 << 20));
     sc.commit("s");
     let log = served_log(&sc, &[]);
-    if uring_offered() {
-        assert!(log.contains("FUSE over io_uring: "), "{log}");
-    } else {
-        assert!(log.contains("does not offer FUSE over io_uring"), "{log}");
+    match uring_host() {
+        (true, false) => {
+            assert!(log.contains("FUSE over io_uring: "), "{log}");
+            assert!(log.contains("opens: Each"), "{log}");
+        }
+        (true, true) => {
+            assert!(log.contains("keep coming through /dev/fuse"), "{log}");
+            assert!(log.contains("opens: None"), "{log}");
+        }
+        (false, false) => assert!(log.contains("does not offer FUSE over io_uring"), "{log}"),
+        (false, true) => assert!(!log.contains("io_uring"), "not asked for: {log}"),
     }
     let log = served_log(&sc, &["--no-io-uring"]);
     assert!(!log.contains("io_uring"), "{log}");
+    assert!(log.contains("opens: None"), "{log}");
 }
 
 /// `f.txt` ("content") committed to set `s` and served by a new mount.

@@ -124,9 +124,10 @@ pub(crate) struct MountCmd {
     /// trip per file
     #[arg(long)]
     pub(crate) no_acl: bool,
-    /// Take every request through /dev/fuse, even where the kernel offers
-    /// FUSE over io_uring (Linux 6.14+ with the fuse module's enable_uring
-    /// set), whose per-CPU queues the daemon uses by default
+    /// Take every request through /dev/fuse. By default the daemon takes
+    /// FUSE over io_uring where the kernel offers it (Linux 6.14+ with the
+    /// fuse module's enable_uring set) and does not schedule sessions as
+    /// groups (kernel.sched_autogroup_enabled=0)
     #[arg(long)]
     pub(crate) no_io_uring: bool,
     /// Budget of assembled copies of chunked files, served at native speed

@@ -277,7 +277,7 @@ impl UringSender {
 
 /// Where the ring's queues are: one per possible CPU, as the kernel counts
 /// them (`/sys/devices/system/cpu/possible`, such as `0-3` or `0,2-5`).
-pub(crate) fn possible_cpus() -> io::Result<Vec<usize>> {
+fn possible_cpus() -> io::Result<Vec<usize>> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
     parse_cpu_list(text.trim())
         .ok_or_else(|| io::Error::other(format!("unreadable CPU list {:?}", text.trim())))
@@ -307,17 +307,17 @@ pub(crate) fn payload_len(max_write: u32, max_pages: u16) -> usize {
         .max(8192)
 }
 
-/// One queue server: its CPU's queue id, and how it reports registration.
-pub(crate) struct Server<FS: Filesystem> {
-    pub(crate) qid: u16,
-    pub(crate) payload_len: usize,
-    pub(crate) event_loop: SessionEventLoop<FS>,
+/// One thread serving one entry of the queue `qid` (the CPU it is pinned to).
+struct Server<FS: Filesystem> {
+    qid: u16,
+    payload_len: usize,
+    event_loop: SessionEventLoop<FS>,
 }
 
 impl<FS: Filesystem> Server<FS> {
     /// Pin to the queue's CPU, register one entry, report the outcome on
     /// `registered`, then serve until the connection ends.
-    pub(crate) fn run(self, registered: mpsc::Sender<io::Result<()>>) -> io::Result<()> {
+    fn run(self, registered: mpsc::Sender<io::Result<()>>) -> io::Result<()> {
         pin_to_cpu(usize::from(self.qid));
         let entry = Arc::new(Entry::new(self.payload_len));
         let setup = Ring::new(&self.event_loop.ch, self.qid).and_then(|mut ring| {
