@@ -21,10 +21,8 @@
 //! to the other, idle CPU at every answer: the walk then costs what it
 //! costs through `/dev/fuse` (measured in docs/BENCHMARKS.md).
 //!
-//! When answers do stay on the asking CPU, an open costs little, and
-//! `--opens auto` takes `each` (large files by kernel passthrough, at
-//! native speed) rather than `none` (no open round trips, large files read
-//! through the daemon): `answers_on_asking_cpu`.
+//! So the daemon takes the ring only where sessions are not grouped
+//! (`take_uring`), and otherwise says which setting would change that.
 //!
 //! These settings belong to the machine's operator, not to a file system
 //! daemon: this module only reads them, and `main` logs the advice once.
@@ -78,13 +76,6 @@ fn sessions_grouped(proc: &Path) -> Option<bool> {
 /// large reads through the daemon cost a copy more (docs/BENCHMARKS.md).
 pub(crate) fn take_uring(proc: &Path, declined: bool) -> bool {
     !declined && sessions_grouped(proc) != Some(true)
-}
-
-/// Whether this daemon's answers stay on the CPU that asked, whoever asks:
-/// it takes FUSE over io_uring (`uring`, from `take_uring`) and the kernel
-/// under `sys` offers it.
-pub(crate) fn answers_on_asking_cpu(sys: &Path, uring: bool) -> bool {
-    uring && uring_offered(sys)
 }
 
 /// The advice to log when the kernel under `sys` offers FUSE over io_uring
@@ -172,26 +163,6 @@ mod tests {
             assert_eq!(
                 autogroup_advice(sys.path(), sys.path(), declined),
                 None,
-                "{declined} {offered:?} {grouped:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn answers_stay_on_the_asking_cpu_only_over_a_ring_without_session_groups() {
-        for (declined, offered, grouped, stays) in [
-            (false, Some("Y"), Some("0"), true),
-            (false, Some("Y"), None, true),
-            (false, Some("Y"), Some("1"), false),
-            (false, Some("N"), Some("0"), false),
-            (false, None, Some("0"), false),
-            (true, Some("Y"), Some("0"), false),
-        ] {
-            let sys = files(&[(URING, offered), (AUTOGROUP, grouped)]);
-            let uring = take_uring(sys.path(), declined);
-            assert_eq!(
-                answers_on_asking_cpu(sys.path(), uring),
-                stays,
                 "{declined} {offered:?} {grouped:?}"
             );
         }

@@ -62,11 +62,9 @@ struct Args {
     /// their pages, reads reach the daemon by inode (no round trip per
     /// open; large files are read through the daemon); `each`, every open
     /// reaches the daemon and large local files are served by kernel
-    /// passthrough; `auto`, `each` when answers stay on the CPU that asked
-    /// (FUSE over io_uring, sessions not scheduled as groups), else `none`.
-    /// `--verify always` implies `each`.
-    #[arg(long, value_enum, default_value = "auto")]
-    opens: Opens,
+    /// passthrough. `--verify always` implies `each`.
+    #[arg(long, value_enum, default_value = "none")]
+    opens: fs::OpenMode,
     /// Budget of assembled copies of chunked files served by passthrough,
     /// e.g. 2G (0: serve chunked files by FUSE reads only)
     #[arg(long, value_parser = strata::storage::parse_size,
@@ -122,42 +120,6 @@ struct Args {
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     idle_shed_ms: u64,
     mountpoint: PathBuf,
-}
-
-/// `--opens`: a mode, or the host's choice.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Opens {
-    Auto,
-    None,
-    Each,
-}
-
-impl Opens {
-    /// The mode to serve with: `auto` is `each` when an open is a cheap
-    /// round trip (`host_sched::answers_on_asking_cpu`).
-    fn mode(self, uring: bool) -> fs::OpenMode {
-        match self {
-            Opens::None => fs::OpenMode::None,
-            Opens::Each => fs::OpenMode::Each,
-            Opens::Auto => {
-                let cheap = host_sched::answers_on_asking_cpu(Path::new("/sys"), uring);
-                let mode = if cheap {
-                    fs::OpenMode::Each
-                } else {
-                    fs::OpenMode::None
-                };
-                info!(
-                    "opens: {mode:?} ({})",
-                    if cheap {
-                        "answers stay on the asking CPU: opens are cheap, large files go by passthrough"
-                    } else {
-                        "no open round trips; large files are read through the daemon"
-                    }
-                );
-                mode
-            }
-        }
-    }
 }
 
 /// How often the latest generation of every set is re-read and pinned.
@@ -255,14 +217,13 @@ fn run(args: Args) -> Result<(), DaemonError> {
                 .map_err(DaemonError::Store)?,
         ),
     };
-    let uring = host_sched::take_uring(Path::new("/proc"), args.no_io_uring);
     let fs = fs::StrataFs::new(
         gens.clone(),
         args.set.clone(),
         stats.clone(),
         fs::Serving {
             verify: args.verify,
-            opens: args.opens.mode(uring),
+            opens: args.opens,
             preserve_owner: args.preserve_owner,
             acls: !args.no_acl,
         },
@@ -278,7 +239,7 @@ fn run(args: Args) -> Result<(), DaemonError> {
     ];
     config.n_threads = Some(args.threads.max(1));
     config.clone_fd = true;
-    config.io_uring = uring;
+    config.io_uring = host_sched::take_uring(Path::new("/proc"), args.no_io_uring);
     let policy = worker::Policy {
         enabled: !args.no_materialize,
         ratio: args.materialize_ratio,

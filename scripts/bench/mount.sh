@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mount benchmark: the same tree read through the native filesystem, a strata
-# mount with the defaults (`--opens auto`: `none`, files opened by the
-# kernel, on a stock host; `each` where answers stay on the asking CPU, see
-# docs/OPERATIONS.md), a second strata mount whose opens reach the daemon
+# mount (files opened by the kernel: `--opens none`, the default; requests
+# over io_uring where the daemon takes it, docs/OPERATIONS.md), a second
+# strata mount whose opens reach the daemon
 # (`--opens each`: large files by passthrough), optionally a third with
 # `--no-acl` (target strata-noacl: no ACL round trip per file in a cold
 # ls -lR) and a fourth taking requests through /dev/fuse even where the

@@ -109,12 +109,11 @@ pub(crate) struct MountCmd {
           value_parser = ["first-open", "always", "off"])]
     pub(crate) verify: String,
     /// How files are opened: none (the kernel opens files itself and keeps
-    /// their pages; fastest for many small files), each (every open
-    /// reaches the daemon; large files by kernel passthrough) or auto (each
-    /// when answers stay on the CPU that asked: FUSE over io_uring and no
-    /// session groups; else none). --verify always implies each
-    #[arg(long, value_name = "MODE", default_value = "auto",
-          value_parser = ["auto", "none", "each"])]
+    /// their pages; fastest for many small files) or each (every open
+    /// reaches the daemon; large files by kernel passthrough). --verify
+    /// always implies each
+    #[arg(long, value_name = "MODE", default_value = "none",
+          value_parser = ["none", "each"])]
     pub(crate) opens: String,
     /// Serve each entry's stored owner instead of the mounting user
     #[arg(long)]
