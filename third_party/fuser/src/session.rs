@@ -287,8 +287,15 @@ impl<FS: Filesystem> Session<FS> {
                     payload_len,
                     n_threads,
                     &mut threads,
-                )?;
-                if served { 1 } else { n_threads }
+                );
+                match served {
+                    Ok(true) => 1,
+                    Ok(false) => n_threads,
+                    Err(e) => {
+                        error!("FUSE over io_uring not in use: {e}; serving through /dev/fuse");
+                        n_threads
+                    }
+                }
             }
             None => n_threads,
         };
