@@ -141,14 +141,22 @@ impl Entry {
     }
 
     /// Write a reply: the out header into `in_out`, the rest into the
-    /// payload. A reply too large for the payload becomes `EIO`.
+    /// payload. A reply too large for the payload, or without an out
+    /// header, becomes `EIO` (the in header's unique id, at the same place,
+    /// stays).
     fn reply(&self, data: &[io::IoSlice<'_>]) -> io::Result<()> {
         let mut b = self.lock();
         let b = &mut *b;
-        let (header, rest) = data
+        let Some((header, rest)) = data
             .split_first()
             .filter(|(h, _)| h.len() == OUT_HEADER_LEN)
-            .ok_or_else(|| io::Error::other("reply without a FUSE out header"))?;
+        else {
+            set_error(&mut b.headers, libc::EIO);
+            set_payload_len(&mut b.headers, 0);
+            b.replied = true;
+            self.replied.notify_all();
+            return Err(io::Error::other("reply without a FUSE out header"));
+        };
         let total: usize = rest.iter().map(|s| s.len()).sum();
         b.headers[..OUT_HEADER_LEN].copy_from_slice(header);
         let result = if total <= b.payload.len() {
@@ -612,7 +620,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_fills_the_out_header_and_payload_and_one_too_large_is_eio() {
+    fn a_reply_fills_the_out_header_and_payload_and_a_malformed_one_is_eio() {
         let entry = entry_with(&[], &[], 9);
         let header = [16u8; OUT_HEADER_LEN];
         entry
@@ -640,6 +648,14 @@ mod tests {
             -libc::EIO
         );
         assert_eq!(u32_at(&b.headers, ENT_IN_OUT + 16), 0);
+        drop(b);
+        let entry = entry_with(&[], &[], 9);
+        entry.lock().headers[8..16].copy_from_slice(&77u64.to_ne_bytes());
+        assert!(entry.reply(&[IoSlice::new(b"no header")]).is_err());
+        entry.wait_replied();
+        let b = entry.lock();
+        assert_eq!(u32_at(&b.headers, 4), (-libc::EIO) as u32);
+        assert_eq!(u64_at(&b.headers, 8), 77, "the request's unique id stays");
     }
 
     #[test]
