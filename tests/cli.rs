@@ -542,13 +542,9 @@ fn mount_runs_the_fuse_threads_asked_for_and_refuses_none() {
 }
 
 /// The kernel's FUSE queues (one per possible CPU) when the daemon takes
-/// FUSE over io_uring: the kernel offers it and does not schedule sessions
-/// as groups. The CI script runs the tests with it off, and the mount tests
-/// again with it on and session groups off.
+/// FUSE over io_uring (`RingHost`).
 fn uring_queues() -> Option<usize> {
-    let on = |path: &str| fs::read_to_string(path).is_ok_and(|v| matches!(v.trim(), "Y" | "1"));
-    let taken = on("/sys/module/fuse/parameters/enable_uring")
-        && !on("/proc/sys/kernel/sched_autogroup_enabled");
+    let taken = RingHost::now().taken();
     let possible = fs::read_to_string("/sys/devices/system/cpu/possible").ok()?;
     let count = possible.trim().split(',').try_fold(0, |n, part| {
         let (lo, hi) = part.split_once('-').unwrap_or((part, part));

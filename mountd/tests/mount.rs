@@ -480,17 +480,6 @@ fn sigterm_with_an_open_file_detaches_and_exits_after_the_last_close() {
     );
 }
 
-/// Whether the kernel offers FUSE over io_uring to new mounts, and whether
-/// it schedules each session as a group (the CI script runs this file once
-/// with the first off and once with it on and the second off).
-fn uring_host() -> (bool, bool) {
-    let on = |path: &str| fs::read_to_string(path).is_ok_and(|v| matches!(v.trim(), "Y" | "1"));
-    (
-        on("/sys/module/fuse/parameters/enable_uring"),
-        on("/proc/sys/kernel/sched_autogroup_enabled"),
-    )
-}
-
 /// Mount, compare everything with the committed tree (`diff -r`, which
 /// reads every file, and a large file's bytes), stop; the daemon's log.
 fn served_log(sc: &Scratch, args: &[&str]) -> String {
@@ -511,15 +500,15 @@ fn requests_come_over_io_uring_where_answers_stay_on_the_asking_cpu_and_dev_fuse
     write(&sc.src, "big.bin", &noise(5, 3 << 20));
     sc.commit("s");
     let log = served_log(&sc, &[]);
-    match uring_host() {
-        (true, false) => {
-            assert!(log.contains("FUSE over io_uring: "), "{log}");
-        }
-        (true, true) => {
-            assert!(log.contains("keep coming through /dev/fuse"), "{log}");
-        }
-        (false, false) => assert!(log.contains("does not offer FUSE over io_uring"), "{log}"),
-        (false, true) => assert!(!log.contains("io_uring"), "not asked for: {log}"),
+    let host = RingHost::now();
+    if host.taken() {
+        assert!(log.contains("FUSE over io_uring: "), "{log}");
+    } else if host.offered {
+        assert!(log.contains("keep coming through /dev/fuse"), "{log}");
+    } else if host.grouped {
+        assert!(!log.contains("io_uring"), "not asked for: {log}");
+    } else {
+        assert!(log.contains("does not offer FUSE over io_uring"), "{log}");
     }
     let log = served_log(&sc, &["--no-io-uring"]);
     assert!(!log.contains("io_uring"), "{log}");

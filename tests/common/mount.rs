@@ -11,6 +11,31 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use strata::Store;
 
+/// The host settings that decide whether a daemon takes FUSE over
+/// io_uring: whether the kernel offers it to new mounts
+/// (`fuse.enable_uring`) and whether it schedules each session as a group
+/// (`kernel.sched_autogroup_enabled`). The CI script runs the mount tests
+/// with the first off, then with it on and the second off.
+pub struct RingHost {
+    pub offered: bool,
+    pub grouped: bool,
+}
+
+impl RingHost {
+    pub fn now() -> RingHost {
+        let on = |path: &str| fs::read_to_string(path).is_ok_and(|v| matches!(v.trim(), "Y" | "1"));
+        RingHost {
+            offered: on("/sys/module/fuse/parameters/enable_uring"),
+            grouped: on("/proc/sys/kernel/sched_autogroup_enabled"),
+        }
+    }
+
+    /// Whether a daemon mounting now takes the ring.
+    pub fn taken(&self) -> bool {
+        self.offered && !self.grouped
+    }
+}
+
 /// Whether `point` is a mount point now (in `/proc/self/mounts`).
 pub fn mounted(point: &Path) -> bool {
     let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
