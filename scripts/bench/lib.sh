@@ -16,6 +16,15 @@ now() { date +%s.%N; }
 # since START — seconds since START (a `now`), two decimals.
 since() { printf '%.2f' "$(echo "$(now) - $1" | bc)"; }
 
+# elapsed WORK CMD... — CMD's wall seconds (`time`'s %e; its output and
+# failure ignored), through the scratch file WORK/t.out.
+elapsed() {
+    local work=$1
+    shift
+    /usr/bin/time -f %e -o "$work/t.out" "$@" >/dev/null 2>&1 || true
+    cat "$work/t.out"
+}
+
 # par8 DIR WORK — 8 `grep -r` at once over DIR's top-level entries listed
 # in the array TOPS (every 8th each, from the mixed tree); prints
 # "media_s | others_s | all_s": when the lane holding `media/` finished its

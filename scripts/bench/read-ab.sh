@@ -47,16 +47,15 @@ cpu() {
     [ "$1" = native ] && { echo 0; return; }
     awk '{print ($14 + $15) / 100}' "/proc/${PID[$1]}/stat"
 }
-secs() { /usr/bin/time -f %e -o "$WORK/t.out" "$@" >/dev/null 2>&1 || true; cat "$WORK/t.out"; }
 printf '| round | target | cat 512 MiB | daemon CPU | 8 greps: media/ done | other 7 lanes done | all done | ls -lR |\n|---|---|---|---|---|---|---|---|\n'
 for r in $(seq "$ROUNDS"); do
     order="native A B"
     [ $((r % 2)) = 0 ] && order="native B A"
     for t in $order; do
         d=${DIR[$t]}
-        cold; c0=$(cpu "$t"); c=$(secs cat "$d/media/big.bin"); c1=$(cpu "$t")
+        cold; c0=$(cpu "$t"); c=$(elapsed "$WORK" cat "$d/media/big.bin"); c1=$(cpu "$t")
         cold; p=$(par8 "$d" "$WORK")
-        cold; l=$(secs ls -lR "$d")
+        cold; l=$(elapsed "$WORK" ls -lR "$d")
         printf '| %s | %s | %s | %s | %s | %s |\n' "$r" "$t" "$c" "$(echo "$c1 - $c0" | bc)" "$p" "$l"
     done
 done

@@ -38,7 +38,6 @@ trap cleanup EXIT
 cleanup
 mapfile -t TOPS < <(cd "$WORK/tree" && ls | sort)
 
-secs() { /usr/bin/time -f %e -o "$WORK/t.out" "$@" >/dev/null 2>&1 || true; cat "$WORK/t.out"; }
 # serve SESSION ARGS: start a daemon, wait for its mount, make the large
 # file's assembled copy (out of the timed reads)
 serve() {
@@ -61,13 +60,13 @@ stop() {
 }
 measure() { # NAME DIR
     local d=$2 c l p g a
-    cold; c=$(secs cat "$d/media/big.bin")
-    cold; l=$(secs ls -lR "$d")
+    cold; c=$(elapsed "$WORK" cat "$d/media/big.bin")
+    cold; l=$(elapsed "$WORK" ls -lR "$d")
     cold; p=$(par8 "$d" "$WORK")
     grep -r -q needle-not-there "$d" || true
-    g=$(secs sh -c "grep -r -q needle-not-there '$d' || true")
+    g=$(elapsed "$WORK" sh -c "grep -r -q needle-not-there '$d' || true")
     find "$d" -type f -exec cat {} + >/dev/null
-    a=$(secs sh -c "find '$d' -type f -exec cat {} + >/dev/null")
+    a=$(elapsed "$WORK" sh -c "find '$d' -type f -exec cat {} + >/dev/null")
     printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$r" "$1" "$c" "$l" "$p" "$g" "$a"
 }
 
