@@ -115,29 +115,26 @@ impl Entry {
         ]
     }
 
-    /// The commit id of the request the kernel wrote (its unique id).
-    fn commit_id(&self) -> u64 {
-        u64_at(&self.lock().headers, ENT_IN_OUT + 8)
-    }
-
-    /// The request the kernel wrote, laid out as a `/dev/fuse` read; false
-    /// when the sizes it claims do not fit the entry.
-    fn take_request(&self, out: &mut Vec<u8>) -> bool {
+    /// The request the kernel wrote, laid out as a `/dev/fuse` read, with
+    /// its commit id (its unique id) and whether the sizes it claims fit
+    /// the entry (`out` is left empty when they do not).
+    fn take_request(&self, out: &mut Vec<u8>) -> (u64, bool) {
         let mut b = self.lock();
         b.replied = false;
+        out.clear();
+        let commit_id = u64_at(&b.headers, ENT_IN_OUT + 8);
         let len = u32_at(&b.headers, 0) as usize;
         let payload_len = u32_at(&b.headers, ENT_IN_OUT + 16) as usize;
         let Some(op_len) = len.checked_sub(IN_HEADER_LEN + payload_len) else {
-            return false;
+            return (commit_id, false);
         };
         if op_len > OP_IN || payload_len > b.payload.len() {
-            return false;
+            return (commit_id, false);
         }
-        out.clear();
         out.extend_from_slice(&b.headers[..IN_HEADER_LEN]);
         out.extend_from_slice(&b.headers[OP_IN..OP_IN + op_len]);
         out.extend_from_slice(&b.payload[..payload_len]);
-        true
+        (commit_id, true)
     }
 
     /// Write a reply: the out header into `in_out`, the rest into the
@@ -355,8 +352,8 @@ impl<FS: Filesystem> Server<FS> {
                 Err(e) if ended(&e) => return Ok(()),
                 Err(e) => return Err(e),
             }
-            let commit_id = entry.commit_id();
-            if entry.take_request(&mut request) {
+            let (commit_id, fits) = entry.take_request(&mut request);
+            if fits {
                 self.serve(&entry, &sender, &request, commit_id);
             } else {
                 warn!(
@@ -593,8 +590,7 @@ mod tests {
     fn a_request_is_laid_out_as_a_dev_fuse_read_would_deliver_it() {
         let entry = entry_with(&[1; 16], b"name\0", 42);
         let mut out = Vec::new();
-        assert!(entry.take_request(&mut out));
-        assert_eq!(entry.commit_id(), 42);
+        assert_eq!(entry.take_request(&mut out), (42, true));
         assert_eq!(out.len(), IN_HEADER_LEN + 16 + 5);
         assert_eq!(&out[IN_HEADER_LEN..IN_HEADER_LEN + 16], &[1; 16]);
         assert_eq!(&out[IN_HEADER_LEN + 16..], b"name\0");
@@ -604,17 +600,20 @@ mod tests {
     fn a_request_whose_sizes_do_not_fit_its_entry_is_refused() {
         let entry = entry_with(&[1; 16], b"x", 1);
         entry.lock().headers[..4].copy_from_slice(&10u32.to_ne_bytes());
-        assert!(!entry.take_request(&mut Vec::new()), "len below the header");
+        assert!(
+            !entry.take_request(&mut Vec::new()).1,
+            "len below the header"
+        );
         let entry = entry_with(&[1; 16], b"x", 1);
         set_payload_len(&mut entry.lock().headers, 65);
         assert!(
-            !entry.take_request(&mut Vec::new()),
+            !entry.take_request(&mut Vec::new()).1,
             "payload past the buffer"
         );
         let entry = entry_with(&[1; 120], &[0; 20], 1);
         entry.lock().headers[..4].copy_from_slice(&300u32.to_ne_bytes());
         assert!(
-            !entry.take_request(&mut Vec::new()),
+            !entry.take_request(&mut Vec::new()).1,
             "op header past its area"
         );
     }
